@@ -1,0 +1,82 @@
+// treemla: verify attention on the GPU (public API). Device pointers, a caller-owned
+// workspace and a cudaStream_t; nothing here allocates or synchronizes with the host, so the
+// whole call can be captured in a CUDA graph and replayed with new lengths.
+//
+// Use:
+//   VerifyLimits lim{max_batch, max_total_q, num_heads};
+//   VerifyPlan plan = make_verify_plan(lim);            // host only: sizes, grid, tile config
+//   cudaMalloc(&ws, plan.workspace_bytes);               // once
+//   verify_schedule(params, plan, ws, stream);           // when lengths change (GPU kernel)
+//   verify_run(params, plan, ws, o, lse, stream);        // every layer
+//   // or verify_attention(...) = schedule + run.
+// params (VerifyParams, attention.h) holds device pointers here. The schedule reads
+// prefix_lens and q_indptr from device memory, so replays see new values.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "treemla/attention.h"
+
+namespace treemla::cuda {
+
+// Tile configurations. kSmem99K fits 99 KB of shared memory per block (sm_86, sm_89, sm_120)
+// and runs on every architecture; kSmemLarge uses more stages where the device allows it.
+enum class TileConfig : int { kAuto = 0, kSmem99K = 1, kSmemLarge = 2 };
+const char* tile_config_name(TileConfig c);
+
+struct VerifyLimits {
+  int max_batch = 0;        // requests per call, >= batch of every call using the plan
+  int64_t max_total_q = 0;  // tree nodes (query rows) per call, >= q_indptr[batch]
+  int num_heads = 0;        // H, 1..128 (fixed for the plan)
+};
+
+struct VerifyPlan {
+  VerifyLimits limits;
+  int device = -1;
+  int sm_count = 0;
+  int compute_capability = 0;   // major * 10 + minor
+  TileConfig tile = TileConfig::kAuto;  // resolved, never kAuto
+  int num_ctas = 0;             // persistent grid of the main kernel
+  int target_items = 0;         // work items the schedule aims for
+  int partial_slots = 0;        // capacity for split partial states
+  size_t workspace_bytes = 0;
+};
+
+// Host only (reads device properties). Throws treemla::Error on a bad limit, an unsupported
+// device (compute capability < 8.0) or a device whose architecture was not compiled in.
+VerifyPlan make_verify_plan(const VerifyLimits& limits, int device = -1,
+                            TileConfig tile = TileConfig::kAuto);
+
+// Checks the scalar fields of p against the plan (host, no device access); throws on error.
+void check_params(const VerifyParams& p, const VerifyPlan& plan);
+
+// Enqueue the schedule kernel: reads lengths from device memory, writes the work list.
+void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* workspace,
+                     cudaStream_t stream);
+// Enqueue the attention kernels: o [total_q, H, 512] (p.dtype), lse [total_q, H] (fp32, ln).
+void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o,
+                float* lse, cudaStream_t stream);
+// schedule + run.
+void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o,
+                      float* lse, cudaStream_t stream);
+
+// Device-side checks (lengths over the plan's limits, page indices out of range) record the
+// first violation in the workspace instead of reading out of bounds. This synchronizes the
+// stream, reads that record and throws treemla::Error describing it; it also clears it.
+void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream);
+
+// merge_state_v2 semantics on the GPU: v_* [tokens, heads, dim] (dtype), s_* [tokens, heads]
+// fp32 natural-log LSE; +-inf or NaN LSE = empty part; two empties give v = 0, s = -inf.
+// v / s may alias the inputs.
+void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b,
+                 const float* s_b, void* v, float* s, int64_t tokens, int heads, int dim,
+                 cudaStream_t stream);
+
+// Compiled-in architectures, e.g. "80 86 89 90 100 120".
+std::string compiled_architectures();
+
+}  // namespace treemla::cuda

@@ -1,0 +1,88 @@
+// Device-side view of one verify call and of its workspace. Shared by the schedule, main and
+// combine kernels; plain data, no CUDA headers needed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "treemla/attention.h"
+
+namespace treemla::cuda {
+
+constexpr int kBlockM = 64;      // folded (node, head) rows per work item
+constexpr int kMinChunkBlocks = 8;  // a work item reads at least this many prefix blocks
+
+// Status codes recorded by device-side checks (first violation wins).
+enum StatusCode : int {
+  kStatusOk = 0,
+  kStatusBadIndptr = 1,      // q_indptr[0] != 0 or decreasing
+  kStatusQLen = 2,           // a request's q_len > kMaxTreeNodes
+  kStatusTotalQ = 3,         // q_indptr[batch] > limits.max_total_q
+  kStatusPrefix = 4,         // prefix_len < 0 or > kMaxPrefixLen
+  kStatusPage = 5,           // a page index the call reads is outside [0, num_pages)
+  kStatusPartials = 6,       // schedule needs more partial slots than the plan holds (a bug)
+};
+
+struct WorkspaceHeader {
+  int counter;       // next work item of the main kernel; reset by schedule and combine
+  int num_items;     // work items of this call
+  int num_groups;    // (request, tile) groups with more than one split
+  int reserved;
+  int status_code;
+  int status_request;
+  long long status_value;
+  long long status_extra;
+};
+
+struct RequestSched {
+  int q_start;     // q_indptr[b]
+  int q_len;       // 0 when the request was rejected by a check
+  int prefix_len;
+  int tiles;       // ceil(q_len * H / kBlockM)
+  int pblocks;     // prefix blocks of kBlockN rows (0 for VerifyPart::kTail)
+  int splits;      // prefix splits, >= 1; split s reads prefix blocks
+                   // [s * pblocks / splits, (s + 1) * pblocks / splits); the last also the tail
+  int part_base;   // first partial slot (only when splits > 1)
+  int pad;
+};
+
+struct VerifyKernelParams {
+  VerifyParams p;
+  void* o;            // [total_q, H, 512] p.dtype
+  float* lse;         // [total_q, H] natural log
+  float scale_log2;   // sm_scale * log2(e)
+  int page_shift;     // log2(page_size)
+  int target_items;
+  int partial_slots;
+  long long max_total_q;
+  int max_batch;
+  // workspace views
+  WorkspaceHeader* hdr;
+  int* item_base;      // [batch + 1]
+  int* group_base;     // [batch + 1]
+  RequestSched* sched; // [batch]
+  float* part_o;       // [partial_slots, kBlockM, 512] normalized partial outputs
+  float* part_lse;     // [partial_slots, kBlockM] log2-domain LSE of each partial
+};
+
+// Workspace layout, computed identically on host and device.
+struct WorkspaceLayout {
+  size_t header, item_base, group_base, sched, part_o, part_lse, total;
+};
+
+inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots) {
+  WorkspaceLayout l{};
+  size_t off = 0;
+  l.header = off;      off = align_up(off + sizeof(WorkspaceHeader), 256);
+  l.item_base = off;   off = align_up(off + sizeof(int) * (max_batch + 1), 256);
+  l.group_base = off;  off = align_up(off + sizeof(int) * (max_batch + 1), 256);
+  l.sched = off;       off = align_up(off + sizeof(RequestSched) * max_batch, 256);
+  l.part_o = off;      off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM * kHeadDimV, 256);
+  l.part_lse = off;    off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM, 256);
+  l.total = off;
+  return l;
+}
+
+}  // namespace treemla::cuda

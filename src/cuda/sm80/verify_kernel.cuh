@@ -1,0 +1,443 @@
+// The portable verify-attention kernel: mma.sync m16n8k16 + ldmatrix + cp.async, sm_80..sm_120.
+//
+// Grid: a persistent grid (plan.num_ctas CTAs of 256 threads). Each CTA takes work items from
+// a counter in the workspace. Items are ordered (request, split, tile) so that the CTAs running
+// at the same time read the same KV range for different row tiles: the range is fetched from
+// HBM once and served to the other tiles from L2.
+//
+// A work item owns one row tile -- kBlockM = 64 consecutive folded rows of one request, where
+// folded row r is (tree node r / H, head r % H), exactly the memory order of q, o and lse --
+// and one split of the request's prefix (a range of 32-row KV blocks, see schedule.cu). The last split of
+// a tile also attends the tree tail: the 32-row blocks of tail nodes that at least one row of
+// the tile can see (ancestor bitmask), masked per row.
+//
+// Warps: warp w owns rows 16 * (w / 2) .. +15 of the tile and "half" h = w % 2.
+//   S = Q K^T: each warp keeps its rows' Q columns [288 h, 288 h + 288) in registers (72 regs)
+//     and computes a partial S over that half of the 576 columns. The two warps of a row group
+//     swap partials through shared memory (one 64-thread named barrier) and add them, so both
+//     hold the same full S (float addition is commutative, so bit-identical), run the same
+//     online softmax and keep P in registers as the A operand of the next product.
+//   O += P V: warp h accumulates output columns [256 h, 256 h + 256) (128 fp32 registers).
+// Shared memory: kStages KV blocks [32][576 + 8] (V is the first 512 columns of the same rows)
+// and the S exchange buffer. One __syncthreads per KV block guards the stage ring.
+//
+// Output: an item that covers its tile's whole key range writes O (p.dtype) and LSE (ln);
+// otherwise it writes a normalized fp32 partial and a log2-domain LSE, merged by the combine
+// kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/mma.cuh"
+#include "cuda/common/verify_kernel_params.h"
+#include "cuda/sm80/verify_traits.h"
+
+namespace treemla::cuda {
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ void record_status(WorkspaceHeader* hdr, int code, int request,
+                                              long long value, long long extra) {
+  if (atomicCAS(&hdr->status_code, 0, code) == 0) {
+    hdr->status_request = request;
+    hdr->status_value = value;
+    hdr->status_extra = extra;
+  }
+}
+
+// Largest b in [0, n) with base[b] <= x (base non-decreasing, base[0] <= x).
+__device__ __forceinline__ int find_request(const int* base, int n, int x) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (base[mid] <= x) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// The k-th set bit (k >= 0) of a 64-bit mask.
+__device__ __forceinline__ int nth_set_bit(uint64_t m, int k) {
+  for (int i = 0; i < k; ++i) m &= m - 1;
+  return __ffsll(static_cast<long long>(m)) - 1;
+}
+
+// Where KV block `it` of an item starts and ends, in logical rows of the request.
+struct BlockDesc {
+  int t0;     // first logical row
+  int limit;  // rows at or past this are not keys of this block
+  int jb;     // tail block index (tail node jb * 32 is the block's first), -1 for prefix blocks
+};
+
+__device__ __forceinline__ BlockDesc block_desc(int it, int pb_begin, int n_pb, uint64_t tail_bits,
+                                                int prefix_len, int q_len, int block_n) {
+  BlockDesc d;
+  if (it < n_pb) {
+    d.t0 = (pb_begin + it) * block_n;
+    d.limit = prefix_len;
+    d.jb = -1;
+  } else {
+    d.jb = nth_set_bit(tail_bits, it - n_pb);
+    d.t0 = prefix_len + d.jb * block_n;
+    d.limit = prefix_len + q_len;
+  }
+  return d;
+}
+
+// Thread t copies row t / 8 of a block, 16-byte chunks t % 8, t % 8 + 8, ..., so each thread
+// looks up one page per block and each warp instruction moves 4 rows x 128 contiguous bytes.
+// The page lookup (a dependent global load) is done one block ahead: fetch_row_page() starts
+// it, issue_kv_block() uses its result an iteration later, so its latency hides behind compute.
+struct RowPage {
+  int t;     // logical row this thread copies
+  int page;  // its page, or -1 when the row is past the block's keys
+};
+
+template <class Tr>
+__device__ __forceinline__ RowPage fetch_row_page(const VerifyKernelParams& kp, int b, const BlockDesc& d) {
+  static_assert(Tr::kThreads == Tr::kBlockN * 8, "one row per 8 threads");
+  RowPage rp;
+  rp.t = d.t0 + (threadIdx.x >> 3);
+  rp.page = rp.t < d.limit
+                ? __ldg(kp.p.page_table + static_cast<int64_t>(b) * kp.p.page_table_stride + (rp.t >> kp.page_shift))
+                : -1;
+  return rp;
+}
+
+template <typename T, class Tr>
+__device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int b, T* dst, const RowPage& rp,
+                                               bool in_block) {
+  constexpr int kChunksPerThread = kHeadDimQK / 8 / 8;  // 9
+  const int sub = threadIdx.x & 7;
+  const T* src = static_cast<const T*>(kp.p.kv_cache);
+  int bytes = 0;
+  if (in_block && rp.page != -1) {
+    if (rp.page >= 0 && rp.page < kp.p.num_pages) {
+      src += (static_cast<int64_t>(rp.page) * kp.p.page_size + (rp.t & (kp.p.page_size - 1))) * kHeadDimQK + sub * 8;
+      bytes = 16;
+    } else {
+      record_status(kp.hdr, kStatusPage, b, rp.page, rp.t);  // zero-filled instead of read
+    }
+  }
+  const uint32_t s0 = smem_u32(dst + (threadIdx.x >> 3) * Tr::kRowStride + sub * 8);
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) cp_async_16(s0 + i * 128, bytes ? src + i * 64 : src, bytes);
+  cp_async_commit();
+}
+
+template <typename T, class Tr>
+__device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, int b, int split,
+                            int tile) {
+  constexpr int kBlockN = Tr::kBlockN;
+  constexpr int kNT = Tr::kNTiles;
+  constexpr int kStages = Tr::kStages;
+  T* sKV = reinterpret_cast<T*>(smem);
+  float* sS = reinterpret_cast<float*>(smem + Tr::kKVBytes);
+  __shared__ uint32_t s_tail_bits[2];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rg = warp >> 1, half = warp & 1;  // a row group's two halves sit on two schedulers
+  const int g = lane >> 2, q4 = lane & 3;
+
+  const RequestSched rs = kp.sched[b];
+  const int H = kp.p.num_heads;
+  const int rows = rs.q_len * H;
+  const int row0 = tile * kBlockM;
+
+  // This item's prefix blocks.
+  const int pb_begin = static_cast<int>(static_cast<int64_t>(split) * rs.pblocks / rs.splits);
+  const int pb_end = static_cast<int>(static_cast<int64_t>(split + 1) * rs.pblocks / rs.splits);
+  const int n_pb = max(0, pb_end - pb_begin);
+  const bool do_tail = kp.p.part != VerifyPart::kPrefix && split == rs.splits - 1 && rs.q_len > 0;
+
+  // Tail blocks that some row of the tile can see: OR the mask rows of the tile's nodes.
+  if (tid < 2) s_tail_bits[tid] = 0;
+  __syncthreads();
+  if (do_tail) {
+    const int node_lo = row0 / H;
+    const int node_hi = (min(row0 + kBlockM, rows) - 1) / H;
+    const int words = kp.p.mask_words;
+    const int n_pairs = (node_hi - node_lo + 1) * words;
+    for (int idx = tid; idx < n_pairs; idx += Tr::kThreads) {
+      const int node = node_lo + idx / words, w = idx - (idx / words) * words;
+      const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(rs.q_start + node) * words + w];
+      // 32-row blocks 2w and 2w+1 hold bits [64w, 64w+32) and [64w+32, 64w+64).
+      const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
+                            (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
+      if (bits) atomicOr(&s_tail_bits[(2 * w) >> 5], bits << ((2 * w) & 31));
+    }
+  }
+  __syncthreads();
+  uint64_t tail_bits = 0;
+  if (do_tail) {
+    const int tblocks = (rs.q_len + kBlockN - 1) / kBlockN;
+    tail_bits = (static_cast<uint64_t>(s_tail_bits[1]) << 32) | s_tail_bits[0];
+    if (tblocks < 64) tail_bits &= (uint64_t{1} << tblocks) - 1;
+  }
+  const int n_blocks = n_pb + __popcll(tail_bits);
+
+  auto desc = [&](int it) { return block_desc(it, pb_begin, n_pb, tail_bits, rs.prefix_len, rs.q_len, kBlockN); };
+  // Prologue: start the first kStages - 1 loads, and the page lookup of the next one.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const bool in = s < n_blocks;
+    issue_kv_block<T, Tr>(kp, b, sKV + s * kBlockN * Tr::kRowStride,
+                          in ? fetch_row_page<Tr>(kp, b, desc(s)) : RowPage{0, -1}, in);
+  }
+  RowPage next_rp = kStages - 1 < n_blocks ? fetch_row_page<Tr>(kp, b, desc(kStages - 1)) : RowPage{0, -1};
+
+  // This thread's two rows (g and g + 8 of the warp's 16).
+  const int rl0 = rg * 16 + g, rl1 = rl0 + 8;
+  const int r0 = row0 + rl0, r1 = row0 + rl1;
+  const bool v0 = r0 < rows, v1 = r1 < rows;
+  const int64_t grow0 = static_cast<int64_t>(rs.q_start) * H + r0;  // folded global row
+  const int64_t grow1 = grow0 + 8;
+  // Row groups past the last row (decode: 8-16 rows in a 64-row tile) only help load.
+  const bool active = row0 + rg * 16 < rows;
+
+  // Q fragments for columns [288 half, 288 half + 288), kept for the whole item.
+  uint32_t qf[18][4];
+  {
+    const T* q = static_cast<const T*>(kp.p.q);
+    const uint32_t* q0 = reinterpret_cast<const uint32_t*>(q + grow0 * kHeadDimQK + half * 288 + q4 * 2);
+    const uint32_t* q1 = reinterpret_cast<const uint32_t*>(q + grow1 * kHeadDimQK + half * 288 + q4 * 2);
+#pragma unroll
+    for (int ks = 0; ks < 18; ++ks) {
+      qf[ks][0] = v0 ? __ldg(q0 + ks * 8) : 0u;
+      qf[ks][1] = v1 ? __ldg(q1 + ks * 8) : 0u;
+      qf[ks][2] = v0 ? __ldg(q0 + ks * 8 + 4) : 0u;
+      qf[ks][3] = v1 ? __ldg(q1 + ks * 8 + 4) : 0u;
+    }
+  }
+  // Tree-mask rows of this thread's two rows (tail blocks only).
+  const uint32_t* mrow0 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(rs.q_start + (v0 ? r0 / H : 0)) * kp.p.mask_words);
+  const uint32_t* mrow1 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(rs.q_start + (v1 ? r1 / H : 0)) * kp.p.mask_words);
+
+  float o[32][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  const float sc = kp.scale_log2;
+
+  float* my_s = sS + (half * kBlockM + rg * 16) * Tr::kSStride;
+  const float* other_s = sS + ((1 - half) * kBlockM + rg * 16) * Tr::kSStride;
+
+  for (int it = 0; it < n_blocks; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // block `it` visible to all; stage (it - 1) % kStages free for reuse
+    {
+      // Always commit a group (possibly empty) so the wait count above stays right.
+      const int nxt = it + kStages - 1;
+      issue_kv_block<T, Tr>(kp, b, sKV + (nxt % kStages) * kBlockN * Tr::kRowStride, next_rp, nxt < n_blocks);
+      if (nxt + 1 < n_blocks) next_rp = fetch_row_page<Tr>(kp, b, desc(nxt + 1));
+    }
+    if (!active) continue;
+    const T* sK = sKV + (it % kStages) * kBlockN * Tr::kRowStride;
+    const BlockDesc d = desc(it);
+
+    // ---- partial S over this warp's half of the 576 columns ----
+    float s[kNT][4];
+#pragma unroll
+    for (int i = 0; i < kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    {
+      const int mat = lane >> 3;
+      const uint32_t base = smem_u32(sK + ((mat >> 1) * 8 + (lane & 7)) * Tr::kRowStride +
+                                     half * 288 + (mat & 1) * 8);
+#pragma unroll
+      for (int ks = 0; ks < 18; ++ks) {
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(b0, b1, b2, b3, base + (np * 16 * Tr::kRowStride + ks * 16) * 2);
+          mma_16816<T>(s[2 * np], qf[ks], b0, b1);
+          mma_16816<T>(s[2 * np + 1], qf[ks], b2, b3);
+        }
+      }
+    }
+    // ---- swap partial S with the other half of the row group ----
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int col = nt * 8 + q4 * 2;
+      *reinterpret_cast<float2*>(my_s + g * Tr::kSStride + col) = make_float2(s[nt][0], s[nt][1]);
+      *reinterpret_cast<float2*>(my_s + (g + 8) * Tr::kSStride + col) = make_float2(s[nt][2], s[nt][3]);
+    }
+    named_barrier(1 + rg, 64);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int col = nt * 8 + q4 * 2;
+      const float2 a = *reinterpret_cast<const float2*>(other_s + g * Tr::kSStride + col);
+      const float2 c = *reinterpret_cast<const float2*>(other_s + (g + 8) * Tr::kSStride + col);
+      s[nt][0] += a.x; s[nt][1] += a.y; s[nt][2] += c.x; s[nt][3] += c.y;
+    }
+
+    // ---- mask (only tail blocks and the last, partial prefix block need one) ----
+    if (d.jb >= 0 || d.limit - d.t0 < kBlockN) {
+      const int valid = d.limit - d.t0;  // keys in this block
+      const uint32_t in_range = valid >= 32 ? 0xffffffffu : ((1u << max(valid, 0)) - 1u);
+      uint32_t vis0 = in_range, vis1 = in_range;  // bit c: key column c visible
+      if (d.jb >= 0) {
+        vis0 &= v0 ? __ldg(mrow0 + d.jb) : 0u;
+        vis1 &= v1 ? __ldg(mrow1 + d.jb) : 0u;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int c = nt * 8 + q4 * 2;
+        if (!((vis0 >> c) & 1u)) s[nt][0] = -INFINITY;
+        if (!((vis0 >> (c + 1)) & 1u)) s[nt][1] = -INFINITY;
+        if (!((vis1 >> c) & 1u)) s[nt][2] = -INFINITY;
+        if (!((vis1 >> (c + 1)) & 1u)) s[nt][3] = -INFINITY;
+      }
+    }
+
+    // ---- online softmax ----
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // Scores stay unscaled until exp2(s * sc - m * sc), one FFMA each (sc > 0, so the max
+    // commutes with scaling). A row that has seen nothing yet keeps max -inf; subtract 0 then
+    // so exp2 gives 0, not NaN.
+    const float mu0 = mx0 == -INFINITY ? 0.f : mx0 * sc;
+    const float mu1 = mx1 == -INFINITY ? 0.f : mx1 * sc;
+    const float alpha0 = fast_exp2(fmaf(m0, sc, -mu0)), alpha1 = fast_exp2(fmaf(m1, sc, -mu1));
+    m0 = mx0;
+    m1 = mx1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      s[nt][0] = fast_exp2(fmaf(s[nt][0], sc, -mu0));
+      s[nt][1] = fast_exp2(fmaf(s[nt][1], sc, -mu0));
+      s[nt][2] = fast_exp2(fmaf(s[nt][2], sc, -mu1));
+      s[nt][3] = fast_exp2(fmaf(s[nt][3], sc, -mu1));
+      rs0 += s[nt][0] + s[nt][1];
+      rs1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * alpha0 + rs0;
+    l1 = l1 * alpha1 + rs1;
+    // Once a row's max settles (most of a long prefix) alpha is exactly 1: skip the rescale.
+    if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o[i][0] *= alpha0; o[i][1] *= alpha0;
+        o[i][2] *= alpha1; o[i][3] *= alpha1;
+      }
+    }
+
+    // ---- O += P V over this warp's 256 output columns ----
+    {
+      const int mat = lane >> 3;
+      const uint32_t base = smem_u32(sK + ((mat & 1) * 8 + (lane & 7)) * Tr::kRowStride +
+                                     half * 256 + (mat >> 1) * 8);
+#pragma unroll
+      for (int kk = 0; kk < kNT / 2; ++kk) {
+        uint32_t a[4];
+        a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int np = 0; np < 16; ++np) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(b0, b1, b2, b3, base + (kk * 16 * Tr::kRowStride + np * 16) * 2);
+          mma_16816<T>(o[2 * np], a, b0, b1);
+          mma_16816<T>(o[2 * np + 1], a, b2, b3);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue ----
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
+  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
+  constexpr float kLn2 = 0.69314718055994530942f;
+
+  if (rs.splits == 1) {
+    T* out = static_cast<T*>(kp.o);
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      const int col = half * 256 + nt * 8 + q4 * 2;
+      if (v0) *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) = pack2<T>(o[nt][0] * inv0, o[nt][1] * inv0);
+      if (v1) *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) = pack2<T>(o[nt][2] * inv1, o[nt][3] * inv1);
+    }
+    if (half == 0 && q4 == 0) {
+      if (v0) kp.lse[grow0] = lse0 * kLn2;
+      if (v1) kp.lse[grow1] = lse1 * kLn2;
+    }
+  } else {
+    const int64_t slot = rs.part_base + static_cast<int64_t>(split) * rs.tiles + tile;
+    float* po = kp.part_o + slot * kBlockM * kHeadDimV;
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      const int col = half * 256 + nt * 8 + q4 * 2;
+      if (v0) *reinterpret_cast<float2*>(po + rl0 * kHeadDimV + col) = make_float2(o[nt][0] * inv0, o[nt][1] * inv0);
+      if (v1) *reinterpret_cast<float2*>(po + rl1 * kHeadDimV + col) = make_float2(o[nt][2] * inv1, o[nt][3] * inv1);
+    }
+    if (half == 0 && q4 == 0) {
+      if (v0) kp.part_lse[slot * kBlockM + rl0] = lse0;
+      if (v1) kp.part_lse[slot * kBlockM + rl1] = lse1;
+    }
+  }
+}
+
+// True where this configuration is compiled to real code for the architecture being compiled.
+template <class Tr>
+constexpr bool config_fits_arch() {
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200
+  return Tr::kSmemBytes <= kSmemSm120;
+#elif __CUDA_ARCH__ >= 900
+  return Tr::kSmemBytes <= kSmemSm90;
+#else
+  return Tr::kSmemBytes <= kSmemSm80;
+#endif
+#else
+  return true;
+#endif
+}
+
+template <typename T, class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) verify_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (config_fits_arch<Tr>()) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int s_item;
+    for (;;) {
+      if (threadIdx.x == 0) s_item = atomicAdd(&kp.hdr->counter, 1);
+      __syncthreads();
+      const int item = s_item;
+      if (item >= kp.hdr->num_items) break;
+      const int b = find_request(kp.item_base, kp.p.batch, item);
+      const int local = item - kp.item_base[b];
+      const int tiles = kp.sched[b].tiles;
+      verify_item<T, Tr>(kp, smem, b, local / tiles, local % tiles);
+      __syncthreads();  // smem and s_item are reused by the next item
+    }
+  } else {
+    __trap();  // this tile configuration does not fit this architecture's shared memory
+  }
+#else
+  __trap();  // treemla needs sm_80 or newer
+#endif
+}
+
+}  // namespace treemla::cuda

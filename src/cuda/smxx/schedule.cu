@@ -1,0 +1,131 @@
+// Schedule kernel (architecture-generic): one CTA reads the per-request lengths from device
+// memory and writes the work list of the main kernel into the workspace, so a captured graph
+// replays correctly with new lengths. No host synchronization.
+//
+// Cost model: a (request, row tile) pair costs one unit per 32-row prefix block; total is the
+// sum over the batch. Request b's prefix is cut into
+//   splits_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b / kMinChunkBlocks)))
+// near-equal ranges (split s covers blocks [s * pblocks / splits, (s + 1) * pblocks / splits)),
+// so items = sum tiles_b * splits_b never exceeds target_items (= the persistent grid: one wave,
+// no straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
+// least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
+// a tile also does the tree tail. Partial slots (requests with splits_b > 1) <= target_items.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "cuda/common/verify_kernel_params.h"
+#include "cuda/smxx/kernels.h"
+
+namespace treemla::cuda {
+
+namespace {
+
+constexpr int kSchedThreads = 256;
+
+__device__ void record(WorkspaceHeader* hdr, int code, int request, long long value, long long extra) {
+  if (atomicCAS(&hdr->status_code, 0, code) == 0) {
+    hdr->status_request = request;
+    hdr->status_value = value;
+    hdr->status_extra = extra;
+  }
+}
+
+__global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
+  using Reduce = cub::BlockReduce<long long, kSchedThreads>;
+  using Scan = cub::BlockScan<int, kSchedThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Scan::TempStorage scan;
+  } tmp;
+  __shared__ long long s_total;
+  __shared__ int s_carry[3];
+
+  const int batch = kp.p.batch;
+  const int H = kp.p.num_heads;
+  const int block_n = 32;
+  const int* ip = kp.p.q_indptr;
+  const bool with_prefix = kp.p.part != VerifyPart::kTail;
+
+  // Pass 1: per-request shape, checks, total cost.
+  long long cost = 0;
+  for (int b = threadIdx.x; b < batch; b += kSchedThreads) {
+    const int lo = ip[b], hi = ip[b + 1];
+    int prefix = kp.p.prefix_lens[b];
+    int q_len = hi - lo;
+    if (b == 0 && lo != 0) { record(kp.hdr, kStatusBadIndptr, 0, lo, 0); q_len = 0; }
+    if (q_len < 0) { record(kp.hdr, kStatusBadIndptr, b, lo, hi); q_len = 0; }
+    if (q_len > kMaxTreeNodes) { record(kp.hdr, kStatusQLen, b, q_len, kMaxTreeNodes); q_len = 0; }
+    if (hi > kp.max_total_q) { record(kp.hdr, kStatusTotalQ, b, hi, kp.max_total_q); q_len = 0; }
+    if (prefix < 0 || prefix > kMaxPrefixLen) { record(kp.hdr, kStatusPrefix, b, prefix, kMaxPrefixLen); q_len = 0; prefix = 0; }
+    RequestSched rs{};
+    rs.q_start = lo;
+    rs.q_len = q_len;
+    rs.prefix_len = prefix;
+    rs.tiles = (q_len * H + kBlockM - 1) / kBlockM;
+    rs.pblocks = with_prefix ? (prefix + block_n - 1) / block_n : 0;
+    kp.sched[b] = rs;
+    cost += static_cast<long long>(rs.tiles) * rs.pblocks;
+  }
+  const long long total = Reduce(tmp.reduce).Sum(cost);
+  if (threadIdx.x == 0) s_total = total;
+  __syncthreads();
+  const long long total_cost = s_total > 0 ? s_total : 1;
+
+  // Pass 2: splits and exclusive scans of items, partial slots and combine groups.
+  if (threadIdx.x == 0) s_carry[0] = s_carry[1] = s_carry[2] = 0;
+  __syncthreads();
+  for (int base = 0; base < batch; base += kSchedThreads) {
+    const int b = base + threadIdx.x;
+    int items = 0, parts = 0, groups = 0;
+    RequestSched rs{};
+    if (b < batch) {
+      rs = kp.sched[b];
+      const long long by_share = static_cast<long long>(rs.pblocks) * kp.target_items / total_cost;
+      const long long by_min = rs.pblocks / kMinChunkBlocks;
+      rs.splits = static_cast<int>(max(1LL, min(by_share, by_min)));
+      items = rs.tiles * rs.splits;
+      parts = rs.splits > 1 ? items : 0;
+      groups = rs.splits > 1 ? rs.tiles : 0;
+    }
+    int ex_items, ex_parts, ex_groups, agg_items, agg_parts, agg_groups;
+    Scan(tmp.scan).ExclusiveSum(items, ex_items, agg_items);
+    __syncthreads();
+    Scan(tmp.scan).ExclusiveSum(parts, ex_parts, agg_parts);
+    __syncthreads();
+    Scan(tmp.scan).ExclusiveSum(groups, ex_groups, agg_groups);
+    if (b < batch) {
+      rs.part_base = s_carry[1] + ex_parts;
+      kp.sched[b] = rs;
+      kp.item_base[b] = s_carry[0] + ex_items;
+      kp.group_base[b] = s_carry[2] + ex_groups;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      s_carry[0] += agg_items;
+      s_carry[1] += agg_parts;
+      s_carry[2] += agg_groups;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    kp.item_base[batch] = s_carry[0];
+    kp.group_base[batch] = s_carry[2];
+    int items = s_carry[0], groups = s_carry[2];
+    if (s_carry[1] > kp.partial_slots) {
+      record(kp.hdr, kStatusPartials, -1, s_carry[1], kp.partial_slots);
+      items = 0;
+      groups = 0;
+    }
+    kp.hdr->num_items = items;
+    kp.hdr->num_groups = groups;
+    kp.hdr->counter = 0;
+  }
+}
+
+}  // namespace
+
+void launch_verify_schedule(const VerifyKernelParams& kp, cudaStream_t stream) {
+  verify_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(kp);
+}
+
+}  // namespace treemla::cuda

@@ -1,0 +1,290 @@
+// GPU verify attention against the CPU reference (cpu::verify_full, the specification), on
+// random inputs with fixed seeds, poisoned unused cache slots and page-table entries, for every
+// tile configuration the device can run (the 99 KB sm_120 configuration always).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu_case.h"
+
+namespace treemla::test {
+namespace {
+
+using cuda::TileConfig;
+
+void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPart::kAll) {
+  VerifyCase c(spec, seed);
+  const CpuResult ref = run_reference(c, part);
+  DeviceCase d(c);
+  for (TileConfig t : tiles_to_test()) {
+    SCOPED_TRACE(std::string("tile=") + cuda::tile_config_name(t) + " part=" + part_name(part));
+    const GpuResult g = run_gpu(d, c, t, part);
+    EXPECT_TRUE(matches(g, ref, c));
+  }
+}
+
+TEST(VerifyGpu, SmallPrefixLengths) {
+  REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (int prefix : {0, 1, 31, 32, 33, 63, 64, 65, 100, 4097})
+    check_case(make_spec(1, 8, 7, prefix, 16), seed++);
+}
+
+TEST(VerifyGpu, DecodeQLenOne) {
+  REQUIRE_GPU();
+  uint32_t seed = 200;
+  for (int h : {1, 3, 8, 16, 128}) check_case(make_spec(3, h, 1, 777, 64), seed++);
+}
+
+TEST(VerifyGpu, PageSizeOneScattered) {
+  REQUIRE_GPU();
+  check_case(make_spec(2, 8, 65, 1000, 1), 300);
+  check_case(make_spec(1, 3, 16, 333, 1, DType::kFP16), 301);
+}
+
+TEST(VerifyGpu, PageSizes) {
+  REQUIRE_GPU();
+  uint32_t seed = 350;
+  for (int ps : {16, 32, 64, 128}) check_case(make_spec(2, 16, 16, 1500, ps), seed++);
+}
+
+TEST(VerifyGpu, Heads) {
+  REQUIRE_GPU();
+  uint32_t seed = 400;
+  for (int h : {1, 3, 8, 16}) check_case(make_spec(2, h, 65, 300, 16), seed++);
+  check_case(make_spec(1, 128, 16, 300, 64), seed++);
+}
+
+TEST(VerifyGpu, TreeShapes) {
+  REQUIRE_GPU();
+  uint32_t seed = 500;
+  for (TreeKind k : {TreeKind::kChain, TreeKind::kStar, TreeKind::kRandom, TreeKind::kDeep})
+    for (int q : {16, 65, 130}) check_case(make_spec(1, 8, q, 257, 16, DType::kBF16, k), seed++);
+}
+
+TEST(VerifyGpu, LargestTree) {
+  REQUIRE_GPU();
+  check_case(make_spec(1, 2, 1025, 100, 16, DType::kBF16, TreeKind::kRandom), 600);
+  check_case(make_spec(1, 1, 1025, 0, 64, DType::kFP16, TreeKind::kDeep), 601);
+}
+
+TEST(VerifyGpu, Fp16) {
+  REQUIRE_GPU();
+  check_case(make_spec(2, 16, 65, 2049, 16, DType::kFP16), 700);
+  check_case(make_spec(3, 8, 1, 5000, 64, DType::kFP16), 701);
+}
+
+TEST(VerifyGpu, RaggedBatch) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(1, 8, 1, 0, 16);
+  s.q_lens = {65, 1, 16, 130, 7, 1};
+  s.prefix_lens = {3000, 0, 17, 999, 40000, 1};
+  check_case(s, 800);
+  s.dtype = DType::kFP16;
+  s.page_size = 1;
+  check_case(s, 801);
+}
+
+TEST(VerifyGpu, LongPrefixSplitsAcrossManyCtas) {
+  REQUIRE_GPU();
+  check_case(make_spec(1, 1, 1, 262144, 64), 900);
+  check_case(make_spec(1, 8, 9, 100000, 128), 901);
+}
+
+TEST(VerifyGpu, LargeLogits) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(2, 8, 33, 2000, 16);
+  s.q_scale = 60.f;
+  s.dist = ValueDist::kNormal;
+  check_case(s, 1000);
+}
+
+TEST(VerifyGpu, PrefixOnlyAndTailOnly) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(3, 8, 65, 1234, 16);
+  s.prefix_lens = {1234, 0, 77};
+  check_case(s, 1100, VerifyPart::kPrefix);
+  check_case(s, 1101, VerifyPart::kTail);
+}
+
+// prefix part (+) tail part with the GPU merge_state equals the whole verify on the CPU.
+TEST(VerifyGpu, MergeOfPartsEqualsWhole) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(2, 16, 65, 3000, 64);
+  s.prefix_lens = {3000, 0};
+  VerifyCase c(s, 1200);
+  const CpuResult ref = run_reference(c, VerifyPart::kAll);
+  DeviceCase d(c);
+  const GpuResult pre = run_gpu(d, c, TileConfig::kSmem99K, VerifyPart::kPrefix);
+  const GpuResult tail = run_gpu(d, c, TileConfig::kSmem99K, VerifyPart::kTail);
+  const int64_t pairs = int64_t(c.total_q) * c.num_heads;
+  DeviceBuffer<float> va(pre.o.size()), vb(tail.o.size()), sa(pairs), sb(pairs);
+  va.upload(pre.o.data(), pre.o.size() * 4);
+  vb.upload(tail.o.data(), tail.o.size() * 4);
+  sa.upload(pre.lse.data(), pairs * 4);
+  sb.upload(tail.lse.data(), pairs * 4);
+  // In place: v = va, s = sa (aliasing is part of the contract).
+  cuda::merge_state(DType::kFP32, va.ptr, sa.ptr, vb.ptr, sb.ptr, va.ptr, sa.ptr, c.total_q, c.num_heads, kHeadDimV, 0);
+  TREEMLA_CUDA_CHECK(cudaDeviceSynchronize());
+  GpuResult merged{va.download(), sa.download()};
+  EXPECT_TRUE(matches(merged, ref, c));
+  // Request 1 has no prefix: its prefix part is empty (O = 0, LSE = -inf).
+  const int64_t r1 = int64_t(c.q_indptr[1]) * c.num_heads;
+  EXPECT_EQ(pre.lse[r1], -INFINITY);
+  EXPECT_EQ(pre.o[r1 * kHeadDimV], 0.f);
+}
+
+TEST(VerifyGpu, MergeStateMatchesCpu) {
+  REQUIRE_GPU();
+  std::mt19937 rng(1300);
+  const int tokens = 37, heads = 5, dim = 512;
+  const int64_t n = int64_t(tokens) * heads;
+  std::vector<float> va(n * dim), vb(n * dim), sa(n), sb(n);
+  for (auto& x : va) x = float(rand_value(rng, ValueDist::kUniform));
+  for (auto& x : vb) x = float(rand_value(rng, ValueDist::kUniform));
+  for (int64_t i = 0; i < n; ++i) {
+    sa[i] = float(10 * rand_value(rng, ValueDist::kUniform));
+    sb[i] = float(10 * rand_value(rng, ValueDist::kUniform));
+  }
+  // Empty parts: -inf, +inf, NaN, and both empty.
+  sa[0] = -INFINITY; sb[1] = INFINITY; sa[2] = NAN; sa[3] = -INFINITY; sb[3] = -INFINITY; sa[4] = INFINITY; sb[4] = NAN;
+  for (DType dt : {DType::kFP32, DType::kBF16, DType::kFP16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int es = dtype_size(dt);
+    std::vector<uint8_t> ha(n * dim * es), hb(n * dim * es);
+    std::vector<float> qa(n * dim), qb(n * dim);  // the inputs as the GPU sees them
+    for (int64_t i = 0; i < n * dim; ++i) {
+      store_from_float(ha.data(), i, dt, va[i]);
+      store_from_float(hb.data(), i, dt, vb[i]);
+      qa[i] = load_as_float(ha.data(), i, dt);
+      qb[i] = load_as_float(hb.data(), i, dt);
+    }
+    std::vector<float> ro(n * dim), rs(n);
+    cpu::merge_state(qa.data(), sa.data(), qb.data(), sb.data(), ro.data(), rs.data(), tokens, heads, dim);
+    DeviceBuffer<uint8_t> da(ha.size()), db(hb.size()), dout(ha.size());
+    DeviceBuffer<float> dsa(n), dsb(n), ds(n);
+    da.upload(ha.data(), ha.size());
+    db.upload(hb.data(), hb.size());
+    dsa.upload(sa.data(), n * 4);
+    dsb.upload(sb.data(), n * 4);
+    cuda::merge_state(dt, da.ptr, dsa.ptr, db.ptr, dsb.ptr, dout.ptr, ds.ptr, tokens, heads, dim, 0);
+    TREEMLA_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> raw = dout.download();
+    std::vector<float> go(n * dim);
+    for (int64_t i = 0; i < n * dim; ++i) go[i] = load_as_float(raw.data(), i, dt);
+    EXPECT_TRUE(all_close(ds.download(), rs, Tolerance{1e-5, 1e-5}, "s"));
+    const double eps = dt == DType::kFP32 ? 1e-6 : dt == DType::kBF16 ? 8e-3 : 1e-3;
+    EXPECT_TRUE(all_close(go, ro, Tolerance{eps, eps}, "v"));
+    EXPECT_EQ(ds.download()[3], -INFINITY);
+    EXPECT_EQ(go[3 * dim], 0.f);
+  }
+}
+
+// The whole call captured once in a CUDA graph; replays after the lengths, tree and data in the
+// same device buffers changed give the same results as eager calls.
+TEST(VerifyGpu, GraphReplayWithNewLengths) {
+  REQUIRE_GPU();
+  CaseSpec big = make_spec(3, 8, 1, 0, 16);
+  big.q_lens = {65, 16, 1};
+  big.prefix_lens = {5000, 3000, 9000};
+  big.mask_words = 2;
+  big.extra_pages = 4;
+  big.stride_slack = 0;
+  VerifyCase a(big, 1400);
+  CaseSpec small = big;
+  small.q_lens = {7, 65, 33};
+  small.prefix_lens = {100, 4000, 1};
+  VerifyCase b(small, 1401);
+  const int total_cap = std::max(a.total_q, b.total_q);
+  DeviceCase d(a, std::max(a.q.size(), b.q.size()), std::max(a.kv_cache.size(), b.kv_cache.size()),
+               std::max(a.num_pages, b.num_pages), std::max(a.page_table_stride, b.page_table_stride), total_cap);
+  for (TileConfig t : tiles_to_test()) {
+    SCOPED_TRACE(cuda::tile_config_name(t));
+    d.load(a);
+    cuda::VerifyLimits lim{3, total_cap, 8};
+    const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, t);
+    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+    cudaStream_t stream;
+    TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    TREEMLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, stream);
+    TREEMLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    TREEMLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (const VerifyCase* c : {&a, &b, &a}) {
+      d.load(*c);
+      d.poison_outputs();
+      TREEMLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      TREEMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+      cuda::check_status(plan, ws.ptr, stream);
+      const int64_t rh = int64_t(c->total_q) * c->num_heads;
+      GpuResult replay{d.o_float(rh), d.lse_float(rh)};
+      const GpuResult eager = run_gpu(d, *c, t, VerifyPart::kAll);
+      EXPECT_EQ(replay.o, eager.o) << c->describe();
+      EXPECT_TRUE(all_close(replay.lse, eager.lse, Tolerance{0, 0}, "lse"));
+      EXPECT_TRUE(matches(replay, run_reference(*c, VerifyPart::kAll), *c));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// A page index out of range is recorded, not read, and reported by check_status.
+TEST(VerifyGpu, BadPageIndexIsReported) {
+  REQUIRE_GPU();
+  VerifyCase c(make_spec(1, 8, 5, 100, 16), 1500);
+  c.page_table[2] = c.num_pages + 5;
+  DeviceCase d(c);
+  cuda::VerifyLimits lim{1, c.total_q, 8};
+  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim);
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+  cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
+  try {
+    cuda::check_status(plan, ws.ptr, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("page_table"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(std::to_string(c.num_pages + 5)), std::string::npos) << e.message();
+  }
+  cuda::check_status(plan, ws.ptr, 0);  // cleared
+}
+
+TEST(VerifyGpu, LengthsOverThePlanAreReported) {
+  REQUIRE_GPU();
+  VerifyCase c(make_spec(2, 4, 9, 50, 16), 1600);
+  DeviceCase d(c);
+  cuda::VerifyLimits lim{2, c.total_q - 1, 4};  // one row too few
+  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim);
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+  cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
+  EXPECT_THROW(cuda::check_status(plan, ws.ptr, 0), Error);
+}
+
+TEST(VerifyGpu, HostChecksNameTheArgument) {
+  REQUIRE_GPU();
+  VerifyCase c(make_spec(1, 4, 3, 10, 16), 1700);
+  DeviceCase d(c);
+  const cuda::VerifyPlan plan = cuda::make_verify_plan({1, c.total_q, 4});
+  VerifyParams p = d.p;
+  p.page_size = 24;
+  try {
+    cuda::check_params(p, plan);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("page_size"), std::string::npos);
+  }
+  p = d.p;
+  p.num_heads = 5;
+  EXPECT_THROW(cuda::check_params(p, plan), Error);
+  EXPECT_THROW(cuda::make_verify_plan({1, 1, 129}), Error);
+}
+
+}  // namespace
+}  // namespace treemla::test
