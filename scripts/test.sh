@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command: install what is missing, build everything (CUDA kernels for every supported
+# architecture when nvcc is present), run the C++ tests with CTest (GPU tests skip without a
+# GPU), then the Python binding's CPU tests when python/ exists.
+# Environment: BUILD_DIR (default build), JOBS (default nproc), TREEMLA_REQUIRE_CUDA=1 to fail
+# without nvcc, TREEMLA_SKIP_PYTHON=1 to skip the binding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+./scripts/install-deps.sh
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD_DIR" --parallel "$JOBS"
+ctest --test-dir "$BUILD_DIR" --output-on-failure --parallel "$JOBS"
+
+if [ -f python/setup.py ] && [ "${TREEMLA_SKIP_PYTHON:-0}" != 1 ]; then
+  ./scripts/test-python.sh
+fi
