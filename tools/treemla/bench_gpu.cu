@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "cuda/common/check.h"
 #include "cuda/common/mma.cuh"
+#include "gpu_timing.h"
 #include "options.h"
 #include "treemla/cuda/verify.h"
 
@@ -64,26 +65,6 @@ __global__ void mma_peak_kernel(int iters, float* sink) {
   if (s == 1.2345f) sink[0] = s;
 }
 
-template <typename F>
-double median_ms(F&& launch, int warmup, int reps) {
-  cudaEvent_t e0, e1;
-  TREEMLA_CUDA_CHECK(cudaEventCreate(&e0));
-  TREEMLA_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < warmup; ++i) launch(i);
-  std::vector<float> t(reps);
-  for (int i = 0; i < reps; ++i) {
-    TREEMLA_CUDA_CHECK(cudaEventRecord(e0));
-    launch(warmup + i);
-    TREEMLA_CUDA_CHECK(cudaEventRecord(e1));
-    TREEMLA_CUDA_CHECK(cudaEventSynchronize(e1));
-    TREEMLA_CUDA_CHECK(cudaEventElapsedTime(&t[i], e0, e1));
-  }
-  TREEMLA_CUDA_CHECK(cudaEventDestroy(e0));
-  TREEMLA_CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
-}
-
 double measure_hbm_gbps(size_t bytes) {
   void* buf = nullptr;
   uint32_t* sink = nullptr;
@@ -93,7 +74,7 @@ double measure_hbm_gbps(size_t bytes) {
   int sms = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t n = bytes / 16;
-  const double ms = median_ms([&](int) {
+  const double ms = median_ms(0, [&](int) {
     hbm_read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf), n, sink);
   }, 3, 15);
   TREEMLA_CHECK_LAUNCH("hbm_read_kernel");
@@ -108,7 +89,7 @@ double measure_mma_tflops() {
   int sms = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int blocks = sms * 4, threads = 256, iters = 4096;
-  const double ms = median_ms([&](int) { mma_peak_kernel<<<blocks, threads>>>(iters, sink); }, 3, 15);
+  const double ms = median_ms(0, [&](int) { mma_peak_kernel<<<blocks, threads>>>(iters, sink); }, 3, 15);
   TREEMLA_CHECK_LAUNCH("mma_peak_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(sink));
   const double flops = double(blocks) * (threads / 32) * iters * 8 * (2.0 * 16 * 8 * 16);
@@ -236,7 +217,7 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
     for (auto& w : ws) w.p.part = part;
     // The schedule depends only on the lengths, which every copy shares: plan once, run many.
     treemla::cuda::verify_schedule(ws[0].p, plan, wsp, 0);
-    const double ms = median_ms([&](int i) {
+    const double ms = median_ms(0, [&](int i) {
       Workload& w = ws[i % copies];
       treemla::cuda::verify_run(w.p, plan, wsp, w.o, w.lse, 0);
     }, 3, reps);

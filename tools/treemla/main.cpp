@@ -15,6 +15,7 @@ void usage(std::ostream& os) {
         "  simulate   serving loop on a churning KV pool: DDTree build, verify attention,\n"
         "             acceptance, commit, defragmentation (default command)\n"
         "  bench      GPU benchmark of verify attention against measured ceilings\n"
+        "  bench-pool GPU benchmark of defragmentation and commit against the copy ceiling\n"
         "  info       build configuration and visible GPUs\n\n"
         "`treemla <command> --help` lists a command's options.\n";
 }
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(c, "simulate")) return cmd_simulate(argc, argv);
     if (!std::strcmp(c, "bench")) return cmd_bench(argc, argv);
+    if (!std::strcmp(c, "bench-pool")) return cmd_bench_pool(argc, argv);
     if (!std::strcmp(c, "info")) return cmd_info(argc, argv);
     std::cerr << "treemla: unknown command '" << c << "'\n\n";
     usage(std::cerr);
