@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: install what is missing, build everything (CUDA kernels for every supported
 # architecture when nvcc is present), run the C++ tests with CTest (GPU tests skip without a
-# GPU), then the Python binding's CPU tests when python/ exists.
+# GPU), check that the installed package works for a downstream project, then the Python
+# binding's CPU tests when python/ exists.
 # Environment: BUILD_DIR (default build), JOBS (default nproc), TREEMLA_REQUIRE_CUDA=1 to fail
 # without nvcc, TREEMLA_SKIP_PYTHON=1 to skip the binding.
 set -euo pipefail
@@ -13,6 +14,14 @@ JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" --parallel "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure --parallel "$JOBS"
+
+# The installed package works for a downstream project (find_package(treemla)).
+cmake --install "$BUILD_DIR" --prefix "$PWD/$BUILD_DIR/_install" >/dev/null
+extra=()
+[ -d /usr/local/cuda ] && extra+=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+cmake -S tests/downstream -B "$BUILD_DIR/_downstream" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$BUILD_DIR/_install" "${extra[@]}" >/dev/null
+cmake --build "$BUILD_DIR/_downstream" >/dev/null
+"$BUILD_DIR/_downstream/downstream"
 
 if [ -f python/setup.py ] && [ "${TREEMLA_SKIP_PYTHON:-0}" != 1 ]; then
   ./scripts/test-python.sh
