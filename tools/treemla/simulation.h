@@ -13,6 +13,12 @@
 // churn, defrags) does not change with --heads or the backend. Integers and uniforms are drawn
 // from raw mt19937 outputs, not the standard distributions, so a seed means the same run on every
 // standard library.
+//
+// With --device cuda the bytes live on the GPU (simulation_cuda.h) and each round also accepts
+// and commits on the device (SimBackend::device_commit), checked against the host's
+// tree::accept_path; at the end a fragmentation report times the prefix pass on the churned
+// pool, after a full defrag and in a fresh contiguous cache. The trajectory (acceptance, churn,
+// defrags) is the CPU one for the same seed; attention outputs, and so the trace, differ.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "simulation_backend.h"
+#include "simulation_config.h"
 #include "treemla/attention.h"
 #include "treemla/dtype.h"
 #include "treemla/error.h"
@@ -37,143 +44,6 @@
 #include "treemla/tree.h"
 
 namespace treemla::tool {
-
-struct SimulationConfig {
-  int64_t rounds = 60;
-  uint32_t seed = 1;
-  std::string device = "cpu";
-  int heads = 2;            // query heads of the verify attention
-  int budget = 15;          // DDTree nodes besides the root
-  int depth = 7;            // DDTree depth limit (drafter block size - 1)
-  int top_k = 4;            // drafter candidates per depth
-  int page_size = 16;
-  int num_pages = 0;        // 0: default_num_pages(config)
-  int max_requests = 4;     // live requests at most
-  int prompt_min = 32, prompt_max = 256;
-  int gen_min = 16, gen_max = 96;  // tokens a request generates before it finishes
-  kvpool::FreePolicy policy = kvpool::FreePolicy::kAsFreed;
-  // Defragment when the live requests' pages form more than this many contiguous runs per
-  // request on average (1 = every request contiguous). 0 turns defragmentation off.
-  double defrag_threshold = 2.0;
-  int64_t defrag_max_moves = 0;  // 0: full defrag; otherwise a partial defrag of at most this many moves
-  double accept_prob = 0.7;      // chance that the target picks one of a node's drafted children
-  int check_every = 10;          // every N rounds: split vs full attention, all live rows re-read; 0 = never
-  int progress_every = 10;       // 0 = no progress lines
-};
-
-struct DefragEvent {
-  int64_t round = 0;
-  double runs_per_request_before = 0, runs_per_request_after = 0;
-  double mean_run_before = 0, mean_run_after = 0;  // pages per contiguous run
-  int64_t pages_relocated = 0;
-  int64_t moves = 0;  // page copies, scratch hops of cycles included
-};
-
-struct SimulationReport {
-  int64_t rounds = 0;
-  int32_t num_pages = 0;
-  int32_t tree_nodes = 0;  // 1 + budget, or the full tree when fewer paths exist
-  int64_t requests_admitted = 0, requests_finished = 0, requests_cut_short = 0, requests_live_at_end = 0;
-  int64_t admission_deferrals = 0;  // rounds in which the next request waited for free pages
-  int64_t request_rounds = 0;       // (request, round) pairs verified and committed
-  int64_t tokens_committed = 0;
-  std::vector<int64_t> acceptance_histogram;  // index = acceptance length, 0..depth + 1
-  double verify_seconds = 0;
-  double verify_flops = 0;
-  int64_t verify_calls = 0;
-  int64_t cross_checks = 0, cross_check_failures = 0;
-  double cross_check_max_diff = 0;
-  int64_t nonfinite_outputs = 0;
-  int64_t rows_checked = 0, row_mismatches = 0;
-  int64_t commit_row_moves = 0, commit_pages_released = 0, commit_plan_mismatches = 0;
-  std::vector<DefragEvent> defrags;
-  int64_t defrags_skipped = 0;         // a full pool whose plan needed a scratch page
-  int64_t defrags_without_moves = 0;   // partial defrags that found nothing within --defrag-max-moves
-  int64_t pages_relocated = 0, defrag_moves = 0;
-  int32_t peak_pages_used = 0;
-  kvpool::PoolMetrics final_metrics;
-  uint64_t trace = 0;  // hash of the whole trajectory and every attention output
-  double wall_seconds = 0;
-
-  double mean_acceptance() const { return request_rounds ? double(tokens_committed) / request_rounds : 0.0; }
-  bool checks_passed() const {
-    return row_mismatches == 0 && nonfinite_outputs == 0 && cross_check_failures == 0 && commit_plan_mismatches == 0;
-  }
-};
-
-// Runs per live request (1 = every request contiguous); 1 for an empty pool.
-inline double runs_per_request(const kvpool::PoolMetrics& m) {
-  return m.num_requests ? double(m.total_runs) / m.num_requests : 1.0;
-}
-
-// Rows of one request's tree: 1 + budget, unless the budget exceeds all K + K^2 + .. + K^D paths.
-inline int32_t tree_nodes(const SimulationConfig& c) {
-  int64_t paths = 0, level = 1;
-  for (int d = 1; d <= c.depth && paths < c.budget; ++d) {
-    level = std::min<int64_t>(level * c.top_k, int64_t{c.budget} + 1);  // only "reaches the budget" matters
-    paths += level;
-  }
-  return static_cast<int32_t>(1 + std::min<int64_t>(paths, c.budget));
-}
-
-inline int64_t pages_for_rows(int64_t rows, int page_size) { return (rows + page_size - 1) / page_size; }
-
-// Room for every live request at its largest (prompt_max + gen_max + one tree), plus one free page
-// so that a defrag can always break a cycle.
-inline int64_t default_num_pages(const SimulationConfig& c) {
-  return int64_t{c.max_requests} *
-             pages_for_rows(int64_t{c.prompt_max} + c.gen_max + tree_nodes(c), c.page_size) + 1;
-}
-
-// Throws std::invalid_argument naming the option ("--name = 'value' must be ...").
-inline void validate_config(const SimulationConfig& c) {
-  auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
-    throw std::invalid_argument("--" + name + " = '" + value + "' must be " + want);
-  };
-  auto real = [](double x) {
-    std::ostringstream os;
-    os << x;
-    return os.str();
-  };
-  auto range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
-    if (v < lo || v > hi) bad(name, std::to_string(v), "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  };
-  check_device(c.device);
-  range("rounds", c.rounds, 1, 10000000);
-  range("heads", c.heads, 1, kMaxHeads);
-  range("budget", c.budget, 1, tree::kMaxBudget);
-  range("depth", c.depth, 1, tree::kMaxBudget);
-  range("topk", c.top_k, 1, 256);
-  range("page-size", c.page_size, 1, 1024);
-  if (c.page_size & (c.page_size - 1)) bad("page-size", std::to_string(c.page_size), "a power of two");
-  range("max-requests", c.max_requests, 1, 256);
-  range("prompt-min", c.prompt_min, 1, 262144);
-  range("prompt-max", c.prompt_max, 1, 262144);
-  if (c.prompt_max < c.prompt_min)
-    bad("prompt-max", std::to_string(c.prompt_max), ">= --prompt-min (" + std::to_string(c.prompt_min) + ")");
-  range("gen-min", c.gen_min, 1, 262144);
-  range("gen-max", c.gen_max, 1, 262144);
-  if (c.gen_max < c.gen_min) bad("gen-max", std::to_string(c.gen_max), ">= --gen-min (" + std::to_string(c.gen_min) + ")");
-  range("defrag-max-moves", c.defrag_max_moves, 0, int64_t{1} << 30);
-  range("check-every", c.check_every, 0, 10000000);
-  range("progress-every", c.progress_every, 0, 10000000);
-  if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0)) bad("accept-prob", real(c.accept_prob), "a number in [0, 1]");
-  if (!(c.defrag_threshold == 0.0 || (c.defrag_threshold >= 1.0 && c.defrag_threshold <= 1e9)))
-    bad("defrag-threshold", real(c.defrag_threshold), "0 (off) or a number of runs per request in [1, 1e9]");
-  range("num-pages", c.num_pages, 0, 1 << 24);
-  if (c.num_pages > 0) {
-    // A request must fit alone, or it would wait for admission forever.
-    const int64_t need = pages_for_rows(int64_t{c.prompt_max} + tree_nodes(c), c.page_size);
-    if (c.num_pages < need)
-      bad("num-pages", std::to_string(c.num_pages),
-          "at least " + std::to_string(need) + " (one --prompt-max prompt plus one tree of " +
-              std::to_string(tree_nodes(c)) + " rows), or 0 for the default");
-  }
-  const int64_t pages = c.num_pages > 0 ? c.num_pages : default_num_pages(c);
-  const int64_t bytes = pages * c.page_size * int64_t{kHeadDimQK} * 2;
-  if (bytes > (int64_t{4} << 30))
-    bad("num-pages", std::to_string(pages), "small enough for a cache of at most 4 GiB (--num-pages x --page-size x 1152 B)");
-}
 
 namespace sim_detail {
 
@@ -226,9 +96,11 @@ struct Work {  // one request's share of a round
 
 class Simulation {
  public:
-  Simulation(const SimulationConfig& c, std::ostream* progress)
+  Simulation(const SimulationConfig& c, std::ostream* progress, BackendFactory factory = nullptr)
       : cfg_(validated(c)), progress_(progress), control_(c.seed), data_(c.seed ^ 0x5bd1e995u),
-        nodes_(tree_nodes(c)), pool_(pool_config(c)), backend_(make_backend(c.device, pool_.config())) {
+        nodes_(tree_nodes(c)), pool_(pool_config(c)) {
+    const BackendLimits limits{c.max_requests, int64_t{c.max_requests} * nodes_, c.heads};
+    backend_ = factory ? factory(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
     report_.num_pages = pool_.config().num_pages;
     report_.tree_nodes = nodes_;
     report_.acceptance_histogram.assign(static_cast<size_t>(c.depth) + 2, 0);
@@ -242,6 +114,9 @@ class Simulation {
     report_.final_metrics = pool_.metrics();
     report_.trace = mix(trace_, static_cast<uint64_t>(report_.final_metrics.total_runs));
     report_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // After the trace and the wall time: the report changes the pool (a full defrag) but not
+    // what the run did.
+    if (cfg_.frag_report == 1 || (cfg_.frag_report == -1 && cfg_.device == "cuda")) fragmentation_report();
     return report_;
   }
 
@@ -265,7 +140,7 @@ class Simulation {
     admit();
     std::vector<Work> work = grow_trees();
     if (!work.empty()) verify_batch(work, r);
-    for (Work& w : work) accept_and_commit(w);
+    commit_batch(work);
     std::erase_if(live_, [](const LiveRequest& q) { return q.gone; });
     maybe_defrag(r);
     if (cfg_.check_every > 0 && r % cfg_.check_every == 0) check_all_rows();
@@ -299,16 +174,24 @@ class Simulation {
   }
 
   // Fills logical rows [first, first + count) of a request with random latent rows (the target
-  // model's KV) and returns their hashes.
+  // model's KV) and returns their hashes. Written in chunks so that a 128k-token prompt never
+  // sits whole in host memory; the random stream is drawn in the same order either way.
   std::vector<uint64_t> write_random_rows(int64_t id, int64_t first, int64_t count) {
+    constexpr int64_t kChunk = 8192;
     const size_t w = kHeadDimQK;
-    std::vector<uint16_t> data(static_cast<size_t>(count) * w);
-    for (uint16_t& x : data) x = float_to_bf16(data_.symmetric());
-    std::vector<kvpool::RowSlot> slots(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) slots[static_cast<size_t>(i)] = pool_.locate(id, first + i);
-    backend_->write_rows(slots, data);
     std::vector<uint64_t> hashes(static_cast<size_t>(count));
-    for (size_t i = 0; i < hashes.size(); ++i) hashes[i] = hash_row(data.data() + i * w, kHeadDimQK);
+    std::vector<uint16_t> data;
+    std::vector<kvpool::RowSlot> slots;
+    for (int64_t c0 = 0; c0 < count; c0 += kChunk) {
+      const int64_t n = std::min(kChunk, count - c0);
+      data.resize(static_cast<size_t>(n) * w);
+      for (uint16_t& x : data) x = float_to_bf16(data_.symmetric());
+      slots.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = pool_.locate(id, first + c0 + i);
+      backend_->write_rows(slots, data);
+      for (int64_t i = 0; i < n; ++i)
+        hashes[static_cast<size_t>(c0 + i)] = hash_row(data.data() + static_cast<size_t>(i) * w, kHeadDimQK);
+    }
     return hashes;
   }
 
@@ -363,44 +246,73 @@ class Simulation {
     return work;
   }
 
-  void verify_batch(std::vector<Work>& work, int64_t r) {
-    const int batch = static_cast<int>(work.size());
-    const int H = cfg_.heads;
-    std::vector<std::vector<int32_t>> trees;
-    std::vector<int32_t> prefix;
-    int64_t stride = 0;
-    for (const Work& w : work) {
-      trees.push_back(w.tree.parents);
-      prefix.push_back(static_cast<int32_t>(w.prefix));
-      stride = std::max<int64_t>(stride, static_cast<int64_t>(pool_.pages(live_[w.live].id).size()));
+  // The host arrays of one verify call over the requests `ids` with the given trees and prefixes,
+  // and random queries. Page-table rows cover prefix + tree rows; entries past a request's pages
+  // are page 0 (never read).
+  struct Batch {
+    tree::BatchLayout layout;
+    std::vector<int64_t> ids;
+    std::vector<int32_t> table;
+    std::vector<uint16_t> q;
+    int64_t stride = 1;
+  };
+  Batch make_batch(std::vector<int64_t> ids, const std::vector<std::vector<int32_t>>& trees,
+                   const std::vector<int32_t>& prefix) {
+    Batch bt;
+    bt.ids = std::move(ids);
+    for (size_t b = 0; b < bt.ids.size(); ++b) {
+      bt.stride = std::max({bt.stride, static_cast<int64_t>(pool_.pages(bt.ids[b]).size()),
+                            pool_.pages_for(int64_t{prefix[b]} + static_cast<int64_t>(trees[b].size()))});
     }
-    const tree::BatchLayout layout = tree::build_batch_layout(trees, prefix);
-    std::vector<int32_t> page_table(static_cast<size_t>(batch * stride));
-    for (int b = 0; b < batch; ++b)
-      pool_.page_table_row(live_[work[b].live].id, page_table.data() + b * stride, stride, 0);
-    const size_t rows = static_cast<size_t>(layout.total_q) * H;
-    std::vector<uint16_t> q(rows * kHeadDimQK);
-    for (uint16_t& x : q) x = float_to_bf16(data_.symmetric());
-
+    bt.layout = tree::build_batch_layout(trees, prefix);
+    bt.table.resize(bt.ids.size() * static_cast<size_t>(bt.stride));
+    refresh_table(bt);
+    bt.q.resize(static_cast<size_t>(bt.layout.total_q) * cfg_.heads * kHeadDimQK);
+    for (uint16_t& x : bt.q) x = float_to_bf16(data_.symmetric());
+    return bt;
+  }
+  void refresh_table(Batch& bt) const {  // after the pool moved pages
+    for (size_t b = 0; b < bt.ids.size(); ++b)
+      pool_.page_table_row(bt.ids[b], bt.table.data() + b * bt.stride, bt.stride, 0);
+  }
+  VerifyParams params(const Batch& bt) const {
     VerifyParams p;
     p.dtype = DType::kBF16;
-    p.batch = batch;
-    p.num_heads = H;
+    p.batch = static_cast<int>(bt.ids.size());
+    p.num_heads = cfg_.heads;
     p.page_size = cfg_.page_size;
     p.num_pages = pool_.config().num_pages;
-    p.page_table_stride = static_cast<int>(stride);
-    p.mask_words = layout.mask_words;
+    p.page_table_stride = static_cast<int>(bt.stride);
+    p.mask_words = bt.layout.mask_words;
     p.sm_scale = kSmScale;
-    p.q = q.data();
-    p.page_table = page_table.data();
-    p.prefix_lens = layout.prefix_lens.data();
-    p.q_indptr = layout.q_indptr.data();
-    p.tree_mask = layout.tree_mask.data();
+    p.q = bt.q.data();
+    p.page_table = bt.table.data();
+    p.prefix_lens = bt.layout.prefix_lens.data();
+    p.q_indptr = bt.layout.q_indptr.data();
+    p.tree_mask = bt.layout.tree_mask.data();
+    return p;
+  }
+
+  void verify_batch(std::vector<Work>& work, int64_t r) {
+    const int H = cfg_.heads;
+    std::vector<int64_t> ids;
+    std::vector<std::vector<int32_t>> trees;
+    std::vector<int32_t> prefix;
+    for (const Work& w : work) {
+      ids.push_back(live_[w.live].id);
+      trees.push_back(w.tree.parents);
+      prefix.push_back(static_cast<int32_t>(w.prefix));
+    }
+    const Batch bt = make_batch(std::move(ids), trees, prefix);
+    const VerifyParams p = params(bt);
+    const size_t rows = static_cast<size_t>(bt.layout.total_q) * H;
     std::vector<float> o(rows * kHeadDimV), lse(rows);
     const auto t0 = std::chrono::steady_clock::now();
     backend_->verify(p, o.data(), lse.data());
     report_.verify_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++report_.verify_calls;
+    const double gpu_ms = backend_->last_gpu_ms();
+    if (gpu_ms >= 0) report_.gpu.verify_ms.push_back(gpu_ms);
 
     // Every row sees its prefix and itself, so every output and LSE must be finite.
     for (float x : o) report_.nonfinite_outputs += !std::isfinite(x);
@@ -411,24 +323,49 @@ class Simulation {
       trace_ = mix(trace_, u);
     }
     // FLOPs: QK^T and PV over every visible key (prefix + the node's ancestors and itself).
+    double flops = 0;
+    int64_t longest = 0;
     for (const Work& w : work) {
       int64_t keys = 0;
       for (int32_t d : w.tree.depths) keys += w.prefix + d + 1;
-      report_.verify_flops += 2.0 * H * double(keys) * (kHeadDimQK + kHeadDimV);
+      flops += 2.0 * H * double(keys) * (kHeadDimQK + kHeadDimV);
+      longest = std::max(longest, w.prefix);
     }
-    if (cfg_.check_every > 0 && r % cfg_.check_every == 0) cross_check(p, o, lse);
+    report_.verify_flops += flops;
+    if (gpu_ms >= 0) report_.gpu.verify_flops += flops;
+    if (cfg_.check_every > 0 && r % cfg_.check_every == 0) {
+      if (cfg_.check_max_context > 0 && longest > cfg_.check_max_context) {
+        ++report_.cross_checks_skipped;
+      } else {
+        cross_check(p, o, lse);
+      }
+    }
   }
 
-  // The split design against the specification on the same inputs. Both accumulate in double
-  // and round once to float, so they agree to float rounding.
+  // Raises diff to the largest |got - ref| of o and lse; false if an element is outside the
+  // backend's tolerance (NaN fails).
+  bool agrees(const std::vector<float>& o, const std::vector<float>& o_ref, const std::vector<float>& lse,
+              const std::vector<float>& lse_ref, double& diff) const {
+    const VerifyTolerance tol = backend_->tolerance();
+    bool ok = o.size() == o_ref.size() && lse.size() == lse_ref.size();
+    auto compare = [&](const std::vector<float>& got, const std::vector<float>& ref, double atol, double rtol) {
+      for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
+        const double d = std::fabs(got[i] - ref[i]);
+        diff = std::max(diff, d);
+        ok = ok && d <= atol + rtol * std::fabs(double(ref[i]));
+      }
+    };
+    compare(o, o_ref, tol.o_atol, tol.o_rtol);
+    compare(lse, lse_ref, tol.lse_atol, tol.lse_rtol);
+    return ok;
+  }
+
+  // The backend's verify against the specification on the same inputs (the CPU split design
+  // agrees to float rounding).
   void cross_check(const VerifyParams& p, const std::vector<float>& o, const std::vector<float>& lse) {
     std::vector<float> o_ref(o.size()), lse_ref(lse.size());
     backend_->verify_reference(p, o_ref.data(), lse_ref.data());
-    double diff = 0;
-    for (size_t i = 0; i < o.size(); ++i) diff = std::max(diff, double(std::fabs(o[i] - o_ref[i])));
-    for (size_t i = 0; i < lse.size(); ++i) diff = std::max(diff, double(std::fabs(lse[i] - lse_ref[i])));
-    if (!(diff <= 1e-3)) ++report_.cross_check_failures;  // NaN counts as a failure
-    report_.cross_check_max_diff = std::max(report_.cross_check_max_diff, diff);
+    if (!agrees(o, o_ref, lse, lse_ref, report_.cross_check_max_diff)) ++report_.cross_check_failures;
     ++report_.cross_checks;
   }
 
@@ -467,16 +404,53 @@ class Simulation {
     return target;
   }
 
-  void accept_and_commit(Work& w) {
+  // Target tokens for every request first, in batch order (the same draws as one request at a
+  // time), then either the device accepts and commits the whole batch or the host does it
+  // request by request. Either way the host bookkeeping changes in the same order.
+  void commit_batch(std::vector<Work>& work) {
+    if (work.empty()) return;
+    std::vector<std::vector<int32_t>> targets;
+    std::vector<int32_t> parents, tokens, flat_targets;
+    for (const Work& w : work) {
+      targets.push_back(target_tokens(w));
+      parents.insert(parents.end(), w.tree.parents.begin(), w.tree.parents.end());
+      tokens.insert(tokens.end(), w.tree.tokens.begin(), w.tree.tokens.end());
+      flat_targets.insert(flat_targets.end(), targets.back().begin(), targets.back().end());
+    }
+    // A path holds one node per depth, so depth + 1 nodes bound it: nothing is ever cut.
+    const int max_accept = std::min(cfg_.depth + 1, kMaxTreeNodes);
+    DeviceCommitResult dev;
+    const bool on_device = backend_->device_commit(parents, tokens, flat_targets, max_accept, dev);
+    if (on_device) {
+      report_.device_commit = true;
+      report_.gpu.commit_ms.push_back(backend_->last_gpu_ms());
+    }
+    for (size_t i = 0; i < work.size(); ++i) accept_and_commit(work[i], targets[i], on_device ? &dev : nullptr, i);
+  }
+
+  // dev: the device's acceptance and commit of this request (index b of the batch), already
+  // applied to the cache; null when the host commits.
+  void accept_and_commit(Work& w, const std::vector<int32_t>& target, const DeviceCommitResult* dev, size_t b) {
     LiveRequest& q = live_[w.live];
-    const std::vector<int32_t> target = target_tokens(w);
-    const tree::Acceptance acc = tree::accept_path(w.tree.parents, w.tree.tokens, target);
+    tree::Acceptance acc = tree::accept_path(w.tree.parents, w.tree.tokens, target);
+    if (dev) {
+      // The host walk is the specification; the bookkeeping follows what the device moved.
+      tree::Acceptance got;
+      const int32_t len = dev->accept_len[b];
+      const int32_t* row = dev->accepted.data() + b * static_cast<size_t>(dev->max_accept);
+      got.nodes.assign(row, row + len);
+      got.length = len;
+      got.bonus_token = dev->bonus_tokens[b];
+      if (got.nodes != acc.nodes || got.bonus_token != acc.bonus_token || dev->new_seq_lens[b] != w.prefix + len)
+        ++report_.accept_mismatches;
+      acc = std::move(got);
+    }
     const int64_t n = acc.length;
 
     // The tree library's logical plan and the pool's physical one must describe the same commit.
     const tree::CommitPlan logical = tree::plan_commit(w.tree.parents, acc.nodes, static_cast<int32_t>(w.prefix));
     const kvpool::CommitPlan plan = pool_.commit_accepted(q.id, w.prefix, acc.nodes);
-    backend_->apply_commit(plan);
+    if (!dev) backend_->apply_commit(plan);  // the device commit already made these very moves
     if (logical.new_len != plan.num_tokens || logical.copies.size() != plan.moves.size()) ++report_.commit_plan_mismatches;
     report_.commit_row_moves += static_cast<int64_t>(plan.moves.size());
     report_.commit_pages_released += static_cast<int64_t>(plan.released_pages.size());
@@ -523,6 +497,10 @@ class Simulation {
       return;
     }
     backend_->apply_defrag(plan);
+    if (const double ms = backend_->last_gpu_ms(); ms >= 0) {
+      report_.gpu.defrag_ms.push_back(ms);
+      report_.gpu.defrag_bytes += static_cast<int64_t>(plan.moves.size()) * pool_.config().page_bytes();
+    }
     const kvpool::PoolMetrics after = pool_.metrics();
     DefragEvent e;
     e.round = r;
@@ -554,6 +532,75 @@ class Simulation {
     }
   }
 
+  // The prefix pass of the live requests on three layouts of the same rows: the pool as the run
+  // left it, after a full defrag, and a fresh page-size-64 cache with each request contiguous.
+  // Each request keeps its current length as the prefix and gets a chain of nodes_ query rows
+  // (the prefix pass reads no tail row). Outputs must agree across layouts.
+  void fragmentation_report() {
+    FragmentationReport& f = report_.frag;
+    std::vector<int64_t> ids;
+    std::vector<int32_t> prefix;
+    for (const LiveRequest& q : live_) {
+      ids.push_back(q.id);
+      prefix.push_back(static_cast<int32_t>(pool_.num_tokens(q.id)));
+      f.prefix_rows += prefix.back();
+    }
+    if (ids.empty()) {
+      f.skipped = "no live requests at the end of the run";
+      return;
+    }
+    std::vector<int32_t> chain(static_cast<size_t>(nodes_));
+    for (int i = 0; i < nodes_; ++i) chain[static_cast<size_t>(i)] = i - 1;
+    Batch bt = make_batch(ids, std::vector<std::vector<int32_t>>(ids.size(), chain), prefix);
+    f.batch = static_cast<int>(ids.size());
+    f.q_len = nodes_;
+    f.heads = cfg_.heads;
+    f.reps = cfg_.frag_reps;
+    f.kv_bytes = double(f.prefix_rows) * kHeadDimQK * 2;
+    f.flops = 2.0 * cfg_.heads * nodes_ * double(f.prefix_rows) * (kHeadDimQK + kHeadDimV);
+
+    PrefixTiming base, t;
+    if (!backend_->time_prefix_pass(params(bt), cfg_.frag_reps, base)) {
+      f.skipped = std::string("the ") + backend_->name() + " backend does not time kernels";
+      return;
+    }
+    f.measured = true;
+    auto record = [&](FragLayout& l, const PrefixTiming& pt, int page_size, double runs, double pages_per_run) {
+      l = {true, page_size, runs, pages_per_run, pt.median_ms, pt.min_ms};
+      double diff = 0;
+      if (&pt != &base && !agrees(pt.o, base.o, pt.lse, base.lse, diff)) ++report_.layout_mismatches;
+      f.max_diff = std::max(f.max_diff, diff);
+    };
+    kvpool::PoolMetrics m = pool_.metrics();
+    record(f.churned, base, cfg_.page_size, runs_per_request(m), m.mean_run_length);
+
+    kvpool::DefragPlan plan;
+    bool defragged = true;
+    try {
+      plan = pool_.defrag();
+    } catch (const Error&) {
+      if (pool_.num_free_pages() > 0) throw;  // only a full pool may refuse (as in maybe_defrag)
+      defragged = false;
+    }
+    if (defragged) {
+      backend_->apply_defrag(plan);
+      f.final_defrag_moves = static_cast<int64_t>(plan.moves.size());
+      f.final_defrag_bytes = f.final_defrag_moves * pool_.config().page_bytes();
+      f.final_defrag_ms = std::max(0.0, backend_->last_gpu_ms());
+      check_all_rows();
+      refresh_table(bt);
+      backend_->time_prefix_pass(params(bt), cfg_.frag_reps, t);
+      m = pool_.metrics();
+      record(f.defragged, t, cfg_.page_size, runs_per_request(m), m.mean_run_length);
+    }
+
+    constexpr int kFreshPageSize = 64;
+    backend_->time_prefix_pass_contiguous(params(bt), kFreshPageSize, cfg_.frag_reps, t);
+    int64_t fresh_pages = 0;
+    for (int32_t len : prefix) fresh_pages += pages_for_rows(int64_t{len} + nodes_, kFreshPageSize);
+    record(f.contiguous, t, kFreshPageSize, 1.0, double(fresh_pages) / f.batch);
+  }
+
   void print_progress(int64_t r) {
     const kvpool::PoolMetrics m = pool_.metrics();
     char line[320];
@@ -583,8 +630,11 @@ class Simulation {
 
 // Runs the whole simulation. Throws std::invalid_argument for a bad config (naming the option),
 // treemla::Error if a library call fails. progress: where progress lines go (nullptr: none).
-inline SimulationReport run_simulation(const SimulationConfig& config, std::ostream* progress = nullptr) {
-  sim_detail::Simulation sim(config, progress);
+// backend: builds the backend instead of make_backend(config.device) (tests use it to run the
+// device hooks of the loop on the host).
+inline SimulationReport run_simulation(const SimulationConfig& config, std::ostream* progress = nullptr,
+                                       BackendFactory backend = nullptr) {
+  sim_detail::Simulation sim(config, progress, backend);
   return sim.run();
 }
 

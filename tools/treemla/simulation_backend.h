@@ -3,7 +3,9 @@
 // The serving loop (simulation.h) keeps all bookkeeping on the host: the KvPool, the draft trees,
 // acceptance. Everything that touches cache bytes or runs attention goes through SimBackend, so
 // a GPU backend (device memory, kernels, plans applied on a stream) plugs in without changing the
-// loop. The CPU backend below is the reference: a host buffer and the CPU attention code.
+// loop. The CPU backend below is the reference: a host buffer and the CPU attention code. The
+// CUDA backend is in simulation_cuda.h; a few optional hooks below (defaults: "not supported")
+// let it also accept and commit on the device and time the prefix pass.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +19,10 @@
 #include "treemla/attention.h"
 #include "treemla/kvpool.h"
 
+#ifdef TREEMLA_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace treemla::tool {
 
 // 64-bit FNV-1a over the elements of one latent row. The data checks compare these instead of
@@ -29,6 +35,36 @@ inline uint64_t hash_row(const uint16_t* row, int width) {
   }
   return h ^ (h >> 29);
 }
+
+// Bounds for comparing verify() with verify_reference(), per element:
+// |got - ref| <= atol + rtol * |ref| (NaN fails).
+struct VerifyTolerance {
+  double o_atol = 1e-3, o_rtol = 0.0;
+  double lse_atol = 1e-3, lse_rtol = 0.0;
+};
+
+// The largest calls the loop will make, so that a device backend can size its verify plan once.
+struct BackendLimits {
+  int max_batch = 1;
+  int64_t max_total_q = 1;
+  int num_heads = 1;
+};
+
+// The device's acceptance and commit of one verified batch (SimBackend::device_commit).
+struct DeviceCommitResult {
+  int max_accept = 0;
+  std::vector<int32_t> accepted;      // [batch, max_accept]: local node indices, root first; -1 past the path
+  std::vector<int32_t> accept_len;    // [batch]
+  std::vector<int32_t> bonus_tokens;  // [batch]: target token at the last accepted node
+  std::vector<int32_t> new_seq_lens;  // [batch]: the request's length after the device commit
+};
+
+// A timed prefix pass: the median and fastest of `runs` runs, and the outputs of the last one.
+struct PrefixTiming {
+  double median_ms = 0.0, min_ms = 0.0;
+  int runs = 0;
+  std::vector<float> o, lse;  // [total_q, H, 512], [total_q, H]
+};
 
 class SimBackend {
  public:
@@ -49,6 +85,35 @@ class SimBackend {
   virtual void verify(VerifyParams p, float* o, float* lse) = 0;
   // The specification (cpu::verify_full) on the same inputs, for cross-checks of verify().
   virtual void verify_reference(VerifyParams p, float* o, float* lse) = 0;
+  // How closely verify() must match verify_reference(). The CPU split design and the reference
+  // both accumulate in double and round once to float, so they agree to 1e-3 absolute.
+  virtual VerifyTolerance tolerance() const { return {}; }
+
+  // ---- optional device hooks ----
+  // Acceptance and commit on the device, for the batch of the last verify() (its q_indptr,
+  // prefix lengths and page table are still in device memory; nothing may be written in
+  // between): accept_paths from the per-node tokens, then commit_accepted (way (2) of
+  // treemla/cuda/kvpool.h). parents (request-local), node_tokens and target_tokens are host
+  // arrays aligned with the batch's tree nodes. The caller then updates the KvPool bookkeeping
+  // with the returned paths WITHOUT applying the CommitPlan: the device already moved the rows.
+  // Returns false (and does nothing) when the backend commits through apply_commit only.
+  virtual bool device_commit(std::span<const int32_t> /*parents*/, std::span<const int32_t> /*node_tokens*/,
+                             std::span<const int32_t> /*target_tokens*/, int /*max_accept*/,
+                             DeviceCommitResult& /*out*/) {
+    return false;
+  }
+  // Device time in ms of the kernels of the last verify(), device_commit(), apply_commit() or
+  // apply_defrag() (CUDA events; transfers excluded). Negative when the backend has no device.
+  virtual double last_gpu_ms() const { return -1.0; }
+  // The prefix pass alone (VerifyPart::kPrefix) of the batch p (host arrays, as for verify()),
+  // timed `reps` times. Returns false when the backend cannot time it (the CPU backend).
+  virtual bool time_prefix_pass(VerifyParams /*p*/, int /*reps*/, PrefixTiming& /*out*/) { return false; }
+  // The same with each request's prefix rows copied into a fresh cache of page_size rows per
+  // page, every request one contiguous ascending run (p's page table says where the rows are).
+  virtual bool time_prefix_pass_contiguous(VerifyParams /*p*/, int /*page_size*/, int /*reps*/,
+                                           PrefixTiming& /*out*/) {
+    return false;
+  }
 };
 
 // The reference backend: a host buffer of bf16 latent rows, [num_pages, page_size, row_width].
@@ -95,18 +160,53 @@ class CpuBackend final : public SimBackend {
   std::vector<uint16_t> cache_;
 };
 
-// "cpu" is the only backend so far. A GPU backend goes here (behind TREEMLA_WITH_CUDA) once it
-// exists; until then "cuda" is refused like a bad option value.
+// Option check only (no device is touched): cpu always; cuda in a CUDA build.
 inline void check_device(const std::string& device) {
   if (device == "cpu") return;
   if (device == "cuda") {
+#ifdef TREEMLA_WITH_CUDA
+    return;
+#else
     throw std::invalid_argument("--device = 'cuda' is not available in this build; use --device cpu");
+#endif
   }
   throw std::invalid_argument("--device = '" + device + "' must be cpu or cuda");
 }
 
-inline std::unique_ptr<SimBackend> make_backend(const std::string& device, const kvpool::PoolConfig& config) {
+// For cuda: throws std::runtime_error (exit 1 in the tool, unlike a bad option) when no GPU is
+// visible. Nothing to do for cpu.
+inline void require_device(const std::string& device) {
   check_device(device);
+#ifdef TREEMLA_WITH_CUDA
+  if (device != "cuda") return;
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < 1) {
+    const std::string why = e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
+                                             : std::string("0 devices");
+    throw std::runtime_error("--device cuda: no CUDA device is visible (cudaGetDeviceCount: " + why +
+                             "); use --device cpu");
+  }
+#endif
+}
+
+// The CUDA backend is compiled into the tool alone (simulation_cuda.h; the tests link only the
+// library), so the tool installs its constructor here before it runs (install_cuda_backend).
+using BackendFactory = std::unique_ptr<SimBackend> (*)(const kvpool::PoolConfig&, const BackendLimits&);
+inline BackendFactory& cuda_backend_factory() {
+  static BackendFactory factory = nullptr;
+  return factory;
+}
+
+inline std::unique_ptr<SimBackend> make_backend(const std::string& device, const kvpool::PoolConfig& config,
+                                                const BackendLimits& limits = {}) {
+  require_device(device);
+  if (device == "cuda") {
+    if (!cuda_backend_factory())
+      throw std::runtime_error("--device cuda: this program does not include the CUDA simulation backend "
+                               "(the treemla tool does)");
+    return cuda_backend_factory()(config, limits);
+  }
   return std::make_unique<CpuBackend>(config);
 }
 

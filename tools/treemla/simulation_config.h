@@ -1,0 +1,207 @@
+// treemla simulate: the options of the serving loop (SimulationConfig, validate_config) and what a
+// run reports (SimulationReport). The loop itself is simulation.h.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "simulation_backend.h"
+#include "treemla/attention.h"
+#include "treemla/kvpool.h"
+#include "treemla/tree.h"
+
+namespace treemla::tool {
+
+struct SimulationConfig {
+  int64_t rounds = 60;
+  uint32_t seed = 1;
+  std::string device = "cpu";
+  int heads = 2;            // query heads of the verify attention
+  int budget = 15;          // DDTree nodes besides the root
+  int depth = 7;            // DDTree depth limit (drafter block size - 1)
+  int top_k = 4;            // drafter candidates per depth
+  int page_size = 16;
+  int num_pages = 0;        // 0: default_num_pages(config)
+  int max_requests = 4;     // live requests at most
+  int prompt_min = 32, prompt_max = 256;
+  int gen_min = 16, gen_max = 96;  // tokens a request generates before it finishes
+  kvpool::FreePolicy policy = kvpool::FreePolicy::kAsFreed;
+  // Defragment when the live requests' pages form more than this many contiguous runs per
+  // request on average (1 = every request contiguous). 0 turns defragmentation off.
+  double defrag_threshold = 2.0;
+  int64_t defrag_max_moves = 0;  // 0: full defrag; otherwise a partial defrag of at most this many moves
+  double accept_prob = 0.7;      // chance that the target picks one of a node's drafted children
+  int check_every = 10;          // every N rounds: split vs full attention, all live rows re-read; 0 = never
+  // The attention cross-check runs only on rounds where every prefix is at most this many tokens
+  // (0 = no limit): the double-precision reference takes minutes at 128k tokens.
+  int check_max_context = 8192;
+  int progress_every = 10;       // 0 = no progress lines
+  int frag_report = -1;          // fragmentation report at the end: -1 = on for cuda, 0 = off, 1 = on
+  int frag_reps = 20;            // timed runs per layout in that report (median)
+};
+
+// CUDA-event times of a device backend (kernels only), one entry per call; empty on the CPU.
+struct GpuTimes {
+  std::vector<double> verify_ms;  // per round
+  std::vector<double> commit_ms;  // per round: acceptance + commit on the device
+  std::vector<double> defrag_ms;  // per defrag
+  double verify_flops = 0;        // of the timed verify calls
+  int64_t defrag_bytes = 0;       // page bytes copied by the timed defrags (each read once, written once)
+};
+
+struct FragLayout {
+  bool measured = false;
+  int page_size = 0;
+  double runs_per_request = 0, pages_per_run = 0;
+  double median_ms = 0, min_ms = 0;
+};
+
+// The prefix pass (VerifyPart::kPrefix) of the live requests at the end of the run, each at its
+// current length with a chain of tree_nodes query rows, on three layouts of the same rows.
+struct FragmentationReport {
+  bool measured = false;
+  std::string skipped;  // why not, when not measured
+  int batch = 0, q_len = 0, heads = 0, reps = 0;
+  int64_t prefix_rows = 0;
+  double kv_bytes = 0, flops = 0;  // read and computed by one pass
+  FragLayout churned;              // the pool as the run left it
+  FragLayout defragged;            // after a full defrag of that pool (not measured if it had no spare page)
+  FragLayout contiguous;           // a fresh cache of page size 64, each request contiguous
+  int64_t final_defrag_moves = 0, final_defrag_bytes = 0;
+  double final_defrag_ms = 0;
+  double max_diff = 0;  // largest |o| or |lse| difference of the other layouts against the churned one
+};
+
+struct DefragEvent {
+  int64_t round = 0;
+  double runs_per_request_before = 0, runs_per_request_after = 0;
+  double mean_run_before = 0, mean_run_after = 0;  // pages per contiguous run
+  int64_t pages_relocated = 0;
+  int64_t moves = 0;  // page copies, scratch hops of cycles included
+};
+
+struct SimulationReport {
+  int64_t rounds = 0;
+  int32_t num_pages = 0;
+  int32_t tree_nodes = 0;  // 1 + budget, or the full tree when fewer paths exist
+  int64_t requests_admitted = 0, requests_finished = 0, requests_cut_short = 0, requests_live_at_end = 0;
+  int64_t admission_deferrals = 0;  // rounds in which the next request waited for free pages
+  int64_t request_rounds = 0;       // (request, round) pairs verified and committed
+  int64_t tokens_committed = 0;
+  std::vector<int64_t> acceptance_histogram;  // index = acceptance length, 0..depth + 1
+  double verify_seconds = 0;
+  double verify_flops = 0;
+  int64_t verify_calls = 0;
+  int64_t cross_checks = 0, cross_check_failures = 0;
+  double cross_check_max_diff = 0;
+  int64_t cross_checks_skipped = 0;  // due rounds with a prefix over check_max_context
+  bool device_commit = false;        // acceptance and commit ran on the device
+  int64_t accept_mismatches = 0;     // device acceptance != tree::accept_path on the host
+  int64_t layout_mismatches = 0;     // fragmentation report: outputs differ between layouts
+  int64_t nonfinite_outputs = 0;
+  int64_t rows_checked = 0, row_mismatches = 0;
+  int64_t commit_row_moves = 0, commit_pages_released = 0, commit_plan_mismatches = 0;
+  std::vector<DefragEvent> defrags;
+  int64_t defrags_skipped = 0;         // a full pool whose plan needed a scratch page
+  int64_t defrags_without_moves = 0;   // partial defrags that found nothing within --defrag-max-moves
+  int64_t pages_relocated = 0, defrag_moves = 0;
+  int32_t peak_pages_used = 0;
+  kvpool::PoolMetrics final_metrics;
+  uint64_t trace = 0;  // hash of the whole trajectory and every attention output
+  double wall_seconds = 0;
+  GpuTimes gpu;
+  FragmentationReport frag;
+
+  double mean_acceptance() const { return request_rounds ? double(tokens_committed) / request_rounds : 0.0; }
+  bool checks_passed() const {
+    return row_mismatches == 0 && nonfinite_outputs == 0 && cross_check_failures == 0 && commit_plan_mismatches == 0 &&
+           accept_mismatches == 0 && layout_mismatches == 0;
+  }
+};
+
+// Runs per live request (1 = every request contiguous); 1 for an empty pool.
+inline double runs_per_request(const kvpool::PoolMetrics& m) {
+  return m.num_requests ? double(m.total_runs) / m.num_requests : 1.0;
+}
+
+// Rows of one request's tree: 1 + budget, unless the budget exceeds all K + K^2 + .. + K^D paths.
+inline int32_t tree_nodes(const SimulationConfig& c) {
+  int64_t paths = 0, level = 1;
+  for (int d = 1; d <= c.depth && paths < c.budget; ++d) {
+    level = std::min<int64_t>(level * c.top_k, int64_t{c.budget} + 1);  // only "reaches the budget" matters
+    paths += level;
+  }
+  return static_cast<int32_t>(1 + std::min<int64_t>(paths, c.budget));
+}
+
+inline int64_t pages_for_rows(int64_t rows, int page_size) { return (rows + page_size - 1) / page_size; }
+
+// Room for every live request at its largest (prompt_max + gen_max + one tree), plus one free page
+// so that a defrag can always break a cycle.
+inline int64_t default_num_pages(const SimulationConfig& c) {
+  return int64_t{c.max_requests} *
+             pages_for_rows(int64_t{c.prompt_max} + c.gen_max + tree_nodes(c), c.page_size) + 1;
+}
+
+// Throws std::invalid_argument naming the option ("--name = 'value' must be ...").
+inline void validate_config(const SimulationConfig& c) {
+  auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
+    throw std::invalid_argument("--" + name + " = '" + value + "' must be " + want);
+  };
+  auto real = [](double x) {
+    std::ostringstream os;
+    os << x;
+    return os.str();
+  };
+  auto range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) bad(name, std::to_string(v), "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  check_device(c.device);
+  range("rounds", c.rounds, 1, 10000000);
+  range("heads", c.heads, 1, kMaxHeads);
+  range("budget", c.budget, 1, tree::kMaxBudget);
+  range("depth", c.depth, 1, tree::kMaxBudget);
+  range("topk", c.top_k, 1, 256);
+  range("page-size", c.page_size, 1, 1024);
+  if (c.page_size & (c.page_size - 1)) bad("page-size", std::to_string(c.page_size), "a power of two");
+  range("max-requests", c.max_requests, 1, 256);
+  range("prompt-min", c.prompt_min, 1, 262144);
+  range("prompt-max", c.prompt_max, 1, 262144);
+  if (c.prompt_max < c.prompt_min)
+    bad("prompt-max", std::to_string(c.prompt_max), ">= --prompt-min (" + std::to_string(c.prompt_min) + ")");
+  range("gen-min", c.gen_min, 1, 262144);
+  range("gen-max", c.gen_max, 1, 262144);
+  if (c.gen_max < c.gen_min) bad("gen-max", std::to_string(c.gen_max), ">= --gen-min (" + std::to_string(c.gen_min) + ")");
+  range("defrag-max-moves", c.defrag_max_moves, 0, int64_t{1} << 30);
+  range("check-every", c.check_every, 0, 10000000);
+  range("check-max-context", c.check_max_context, 0, kMaxPrefixLen);
+  range("frag-reps", c.frag_reps, 1, 1000);
+  if (c.frag_report < -1 || c.frag_report > 1) bad("frag-report", std::to_string(c.frag_report), "auto, on or off");
+  range("progress-every", c.progress_every, 0, 10000000);
+  if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0)) bad("accept-prob", real(c.accept_prob), "a number in [0, 1]");
+  if (!(c.defrag_threshold == 0.0 || (c.defrag_threshold >= 1.0 && c.defrag_threshold <= 1e9)))
+    bad("defrag-threshold", real(c.defrag_threshold), "0 (off) or a number of runs per request in [1, 1e9]");
+  range("num-pages", c.num_pages, 0, 1 << 24);
+  if (c.num_pages > 0) {
+    // A request must fit alone, or it would wait for admission forever.
+    const int64_t need = pages_for_rows(int64_t{c.prompt_max} + tree_nodes(c), c.page_size);
+    if (c.num_pages < need)
+      bad("num-pages", std::to_string(c.num_pages),
+          "at least " + std::to_string(need) + " (one --prompt-max prompt plus one tree of " +
+              std::to_string(tree_nodes(c)) + " rows), or 0 for the default");
+  }
+  // A host cache is capped at 4 GiB; a device cache at 64 GiB (the loop's host memory stays
+  // proportional to the live requests, and 128k-token requests at page size 1 need ~150 MiB each).
+  const int gib = c.device == "cuda" ? 64 : 4;
+  const int64_t pages = c.num_pages > 0 ? c.num_pages : default_num_pages(c);
+  const int64_t bytes = pages * c.page_size * int64_t{kHeadDimQK} * 2;
+  if (bytes > (int64_t{gib} << 30))
+    bad("num-pages", std::to_string(pages),
+        "small enough for a cache of at most " + std::to_string(gib) + " GiB (--num-pages x --page-size x 1152 B)");
+}
+
+}  // namespace treemla::tool
