@@ -222,6 +222,10 @@ void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) 
       os << "page_table row " << h.status_request << " maps logical row " << h.status_extra << " to page "
          << h.status_value << ", outside [0, num_pages)";
       break;
+    case kStatusStride:
+      os << "request " << h.status_request << " reads logical row " << h.status_value
+         << ", past its page_table row of page_table_stride = " << h.status_extra << " pages";
+      break;
     default:
       os << "internal schedule error " << h.status_code << " (" << h.status_value << " > " << h.status_extra << ")";
   }

@@ -255,6 +255,40 @@ TEST(VerifyGpu, BadPageIndexIsReported) {
   cuda::check_status(plan, ws.ptr, 0);  // cleared
 }
 
+// A page-table row too short for the request's rows: reported, never read past the row.
+TEST(VerifyGpu, PageTableRowTooShortIsReported) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(2, 4, 9, 100, 16);
+  s.stride_slack = 0;
+  VerifyCase c(s, 1550);
+  DeviceCase d(c);
+  d.p.page_table_stride = c.page_table_stride - 1;  // the last page of each request is unmapped
+  cuda::VerifyLimits lim{2, c.total_q, 4};
+  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim);
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+  cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
+  try {
+    cuda::check_status(plan, ws.ptr, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("page_table_stride"), std::string::npos) << e.message();
+  }
+}
+
+// A page index of -1 in a row the call reads is an error too (not "no page").
+TEST(VerifyGpu, NegativePageIndexIsReported) {
+  REQUIRE_GPU();
+  VerifyCase c(make_spec(1, 8, 5, 100, 16), 1560);
+  c.page_table[1] = -1;
+  DeviceCase d(c);
+  const cuda::VerifyPlan plan = cuda::make_verify_plan({1, c.total_q, 8});
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+  cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
+  EXPECT_THROW(cuda::check_status(plan, ws.ptr, 0), Error);
+}
+
 TEST(VerifyGpu, LengthsOverThePlanAreReported) {
   REQUIRE_GPU();
   VerifyCase c(make_spec(2, 4, 9, 50, 16), 1600);

@@ -21,6 +21,7 @@ enum StatusCode : int {
   kStatusPrefix = 4,         // prefix_len < 0 or > kMaxPrefixLen
   kStatusPage = 5,           // a page index the call reads is outside [0, num_pages)
   kStatusPartials = 6,       // schedule needs more partial slots than the plan holds (a bug)
+  kStatusStride = 7,         // a logical row past page_table_stride * page_size
 };
 
 struct WorkspaceHeader {

@@ -28,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
@@ -93,9 +94,11 @@ __device__ __forceinline__ BlockDesc block_desc(int it, int pb_begin, int n_pb, 
 // looks up one page per block and each warp instruction moves 4 rows x 128 contiguous bytes.
 // The page lookup (a dependent global load) is done one block ahead: fetch_row_page() starts
 // it, issue_kv_block() uses its result an iteration later, so its latency hides behind compute.
+constexpr int kNoRow = INT_MIN;  // not a page index: -1 in a page table is an error, not "no row"
+
 struct RowPage {
   int t;     // logical row this thread copies
-  int page;  // its page, or -1 when the row is past the block's keys
+  int page;  // its page, or kNoRow when the row is past the block's keys or unmapped
 };
 
 template <class Tr>
@@ -103,9 +106,15 @@ __device__ __forceinline__ RowPage fetch_row_page(const VerifyKernelParams& kp, 
   static_assert(Tr::kThreads == Tr::kBlockN * 8, "one row per 8 threads");
   RowPage rp;
   rp.t = d.t0 + (threadIdx.x >> 3);
-  rp.page = rp.t < d.limit
-                ? __ldg(kp.p.page_table + static_cast<int64_t>(b) * kp.p.page_table_stride + (rp.t >> kp.page_shift))
-                : -1;
+  rp.page = kNoRow;
+  if (rp.t < d.limit) {
+    const int entry = rp.t >> kp.page_shift;
+    if (entry < kp.p.page_table_stride) {
+      rp.page = __ldg(kp.p.page_table + static_cast<int64_t>(b) * kp.p.page_table_stride + entry);
+    } else {
+      record_status(kp.hdr, kStatusStride, b, rp.t, kp.p.page_table_stride);  // row not mapped
+    }
+  }
   return rp;
 }
 
@@ -116,7 +125,7 @@ __device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int
   const int sub = threadIdx.x & 7;
   const T* src = static_cast<const T*>(kp.p.kv_cache);
   int bytes = 0;
-  if (in_block && rp.page != -1) {
+  if (in_block && rp.page != kNoRow) {
     if (rp.page >= 0 && rp.page < kp.p.num_pages) {
       src += (static_cast<int64_t>(rp.page) * kp.p.page_size + (rp.t & (kp.p.page_size - 1))) * kHeadDimQK + sub * 8;
       bytes = 16;
@@ -130,11 +139,14 @@ __device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int
   cp_async_commit();
 }
 
-template <typename T, class Tr>
+// kSplitKeys (tiles of at most 16 rows, i.e. decode): the four row groups all take the same 16
+// rows and split each 32-row KV block among themselves, 8 keys each, instead of leaving three
+// of them idle; their partial states are merged through shared memory at the end.
+template <typename T, class Tr, bool kSplitKeys>
 __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, int b, int split,
                             int tile) {
   constexpr int kBlockN = Tr::kBlockN;
-  constexpr int kNT = Tr::kNTiles;
+  constexpr int kNT = kSplitKeys ? 1 : Tr::kNTiles;  // n8 tiles of S per warp
   constexpr int kStages = Tr::kStages;
   T* sKV = reinterpret_cast<T*>(smem);
   float* sS = reinterpret_cast<float*>(smem + Tr::kKVBytes);
@@ -187,18 +199,21 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   for (int s = 0; s < kStages - 1; ++s) {
     const bool in = s < n_blocks;
     issue_kv_block<T, Tr>(kp, b, sKV + s * kBlockN * Tr::kRowStride,
-                          in ? fetch_row_page<Tr>(kp, b, desc(s)) : RowPage{0, -1}, in);
+                          in ? fetch_row_page<Tr>(kp, b, desc(s)) : RowPage{0, kNoRow}, in);
   }
-  RowPage next_rp = kStages - 1 < n_blocks ? fetch_row_page<Tr>(kp, b, desc(kStages - 1)) : RowPage{0, -1};
+  RowPage next_rp = kStages - 1 < n_blocks ? fetch_row_page<Tr>(kp, b, desc(kStages - 1)) : RowPage{0, kNoRow};
 
   // This thread's two rows (g and g + 8 of the warp's 16).
-  const int rl0 = rg * 16 + g, rl1 = rl0 + 8;
+  const int row_rg = kSplitKeys ? 0 : rg;      // whose rows this warp computes
+  const int key_base = kSplitKeys ? 8 * rg : 0;  // first key column of this warp in a block
+  const int rl0 = row_rg * 16 + g, rl1 = rl0 + 8;
   const int r0 = row0 + rl0, r1 = row0 + rl1;
   const bool v0 = r0 < rows, v1 = r1 < rows;
   const int64_t grow0 = static_cast<int64_t>(rs.q_start) * H + r0;  // folded global row
   const int64_t grow1 = grow0 + 8;
-  // Row groups past the last row (decode: 8-16 rows in a 64-row tile) only help load.
-  const bool active = row0 + rg * 16 < rows;
+  // Row groups past the last row only help load (never with kSplitKeys).
+  const bool active = row0 + row_rg * 16 < rows;
+  const bool writer = !kSplitKeys || rg == 0;  // who writes the tile's outputs
 
   // Q fragments for columns [288 half, 288 half + 288), kept for the whole item.
   uint32_t qf[18][4];
@@ -253,8 +268,19 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
       const int mat = lane >> 3;
       const uint32_t base = smem_u32(sK + ((mat >> 1) * 8 + (lane & 7)) * Tr::kRowStride +
                                      half * 288 + (mat & 1) * 8);
+      if constexpr (kSplitKeys) {
+        // One n8 tile (this warp's 8 keys); each x4 load covers two k-steps of it.
+        const uint32_t kbase = smem_u32(sK + (key_base + (lane & 7)) * Tr::kRowStride + half * 288 + mat * 8);
 #pragma unroll
-      for (int ks = 0; ks < 18; ks += 2) {
+        for (int ks = 0; ks < 18; ks += 2) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(b0, b1, b2, b3, kbase + ks * 16 * 2);
+          mma_16816<T>(s[0], qf[ks], b0, b1);
+          mma_16816<T>(s2[0], qf[ks + 1], b2, b3);
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < (kSplitKeys ? 0 : 18); ks += 2) {
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
           uint32_t b0, b1, b2, b3, c0, c1, c2, c3;
@@ -298,7 +324,7 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
       }
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const int c = nt * 8 + q4 * 2;
+        const int c = key_base + nt * 8 + q4 * 2;
         if (!((vis0 >> c) & 1u)) s[nt][0] = -INFINITY;
         if (!((vis0 >> (c + 1)) & 1u)) s[nt][1] = -INFINITY;
         if (!((vis1 >> c) & 1u)) s[nt][2] = -INFINITY;
@@ -347,7 +373,22 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     }
 
     // ---- O += P V over this warp's 256 output columns ----
-    {
+    if constexpr (kSplitKeys) {
+      // One 16-key k-step holding this warp's 8 keys in its lower (even row group) or upper
+      // (odd) half, P = 0 in the other half, whose V rows are the sibling's (finite) keys.
+      const int mat = lane >> 3;
+      const uint32_t vbase = smem_u32(sK + (16 * (rg >> 1) + (mat & 1) * 8 + (lane & 7)) * Tr::kRowStride +
+                                      half * 256 + (mat >> 1) * 8);
+      const uint32_t p0 = pack2<T>(s[0][0], s[0][1]), p1 = pack2<T>(s[0][2], s[0][3]);
+      const uint32_t a[4] = {(rg & 1) ? 0u : p0, (rg & 1) ? 0u : p1, (rg & 1) ? p0 : 0u, (rg & 1) ? p1 : 0u};
+#pragma unroll
+      for (int np = 0; np < 16; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(b0, b1, b2, b3, vbase + np * 16 * 2);
+        mma_16816<T>(o[2 * np], a, b0, b1);
+        mma_16816<T>(o[2 * np + 1], a, b2, b3);
+      }
+    } else {
       const int mat = lane >> 3;
       const uint32_t base = smem_u32(sK + ((mat & 1) * 8 + (lane & 7)) * Tr::kRowStride +
                                      half * 256 + (mat >> 1) * 8);
@@ -369,12 +410,63 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     }
   }
   cp_async_wait<0>();
-
-  // ---- epilogue ----
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+
+  if constexpr (kSplitKeys) {
+    // Merge the four row groups' states of the same 16 rows through the idle KV stages, in two
+    // rounds: 1 -> 0 and 3 -> 2, then 2 -> 0. Row group 0 then holds the whole tile.
+    static_assert(2 * 16 * kHeadDimV * 4 + 4 * 16 * 4 <= Tr::kKVBytes, "merge buffer must fit the stages");
+    float* xo = reinterpret_cast<float*>(smem);  // [2][16][512] O
+    float* xm = xo + 2 * 16 * kHeadDimV;          // [2][16] row max (unscaled)
+    float* xl = xm + 2 * 16;                      // [2][16] row sum
+    __syncthreads();  // every warp is done with the stages
+#pragma unroll
+    for (int round = 0; round < 2; ++round) {
+      const bool sender = round == 0 ? (rg & 1) != 0 : rg == 2;
+      const bool receiver = round == 0 ? (rg & 1) == 0 : rg == 0;
+      const int slot = round == 0 ? (rg >> 1) : 0;
+      float* so = xo + slot * 16 * kHeadDimV;
+      if (sender) {
+#pragma unroll
+        for (int nt = 0; nt < 32; ++nt) {
+          const int col = half * 256 + nt * 8 + q4 * 2;
+          *reinterpret_cast<float2*>(so + g * kHeadDimV + col) = make_float2(o[nt][0], o[nt][1]);
+          *reinterpret_cast<float2*>(so + (g + 8) * kHeadDimV + col) = make_float2(o[nt][2], o[nt][3]);
+        }
+        if (half == 0 && q4 == 0) {
+          xm[slot * 16 + g] = m0; xm[slot * 16 + g + 8] = m1;
+          xl[slot * 16 + g] = l0; xl[slot * 16 + g + 8] = l1;
+        }
+      }
+      __syncthreads();
+      if (receiver) {
+        const float om0 = xm[slot * 16 + g], om1 = xm[slot * 16 + g + 8];
+        const float nm0 = fmaxf(m0, om0), nm1 = fmaxf(m1, om1);
+        // Guard rows where both parts are empty (max -inf): weights 0, not NaN.
+        const float u0 = nm0 == -INFINITY ? 0.f : nm0 * sc, u1 = nm1 == -INFINITY ? 0.f : nm1 * sc;
+        const float wa0 = fast_exp2(fmaf(m0, sc, -u0)), wb0 = fast_exp2(fmaf(om0, sc, -u0));
+        const float wa1 = fast_exp2(fmaf(m1, sc, -u1)), wb1 = fast_exp2(fmaf(om1, sc, -u1));
+        l0 = l0 * wa0 + xl[slot * 16 + g] * wb0;
+        l1 = l1 * wa1 + xl[slot * 16 + g + 8] * wb1;
+        m0 = nm0;
+        m1 = nm1;
+#pragma unroll
+        for (int nt = 0; nt < 32; ++nt) {
+          const int col = half * 256 + nt * 8 + q4 * 2;
+          const float2 x0 = *reinterpret_cast<const float2*>(so + g * kHeadDimV + col);
+          const float2 x1 = *reinterpret_cast<const float2*>(so + (g + 8) * kHeadDimV + col);
+          o[nt][0] = o[nt][0] * wa0 + x0.x * wb0; o[nt][1] = o[nt][1] * wa0 + x0.y * wb0;
+          o[nt][2] = o[nt][2] * wa1 + x1.x * wb1; o[nt][3] = o[nt][3] * wa1 + x1.y * wb1;
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // ---- epilogue ----
   const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
   const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
   const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
@@ -386,10 +478,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt) {
       const int col = half * 256 + nt * 8 + q4 * 2;
-      if (v0) *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) = pack2<T>(o[nt][0] * inv0, o[nt][1] * inv0);
-      if (v1) *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) = pack2<T>(o[nt][2] * inv1, o[nt][3] * inv1);
+      if (writer && v0) *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) = pack2<T>(o[nt][0] * inv0, o[nt][1] * inv0);
+      if (writer && v1) *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) = pack2<T>(o[nt][2] * inv1, o[nt][3] * inv1);
     }
-    if (half == 0 && q4 == 0) {
+    if (writer && half == 0 && q4 == 0) {
       if (v0) kp.lse[grow0] = lse0 * kLn2;
       if (v1) kp.lse[grow1] = lse1 * kLn2;
     }
@@ -399,10 +491,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt) {
       const int col = half * 256 + nt * 8 + q4 * 2;
-      if (v0) *reinterpret_cast<float2*>(po + rl0 * kHeadDimV + col) = make_float2(o[nt][0] * inv0, o[nt][1] * inv0);
-      if (v1) *reinterpret_cast<float2*>(po + rl1 * kHeadDimV + col) = make_float2(o[nt][2] * inv1, o[nt][3] * inv1);
+      if (writer && v0) *reinterpret_cast<float2*>(po + rl0 * kHeadDimV + col) = make_float2(o[nt][0] * inv0, o[nt][1] * inv0);
+      if (writer && v1) *reinterpret_cast<float2*>(po + rl1 * kHeadDimV + col) = make_float2(o[nt][2] * inv1, o[nt][3] * inv1);
     }
-    if (half == 0 && q4 == 0) {
+    if (writer && half == 0 && q4 == 0) {
       if (v0) kp.part_lse[slot * kBlockM + rl0] = lse0;
       if (v1) kp.part_lse[slot * kBlockM + rl1] = lse1;
     }
@@ -439,7 +531,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) verify_main_kernel(const __gr
       const int b = find_request(kp.item_base, kp.p.batch, item);
       const int local = item - kp.item_base[b];
       const int tiles = kp.sched[b].tiles;
-      verify_item<T, Tr>(kp, smem, b, local / tiles, local % tiles);
+      const int tile = local % tiles;
+      if (kp.sched[b].q_len * kp.p.num_heads - tile * kBlockM <= 16) {
+        verify_item<T, Tr, true>(kp, smem, b, local / tiles, tile);
+      } else {
+        verify_item<T, Tr, false>(kp, smem, b, local / tiles, tile);
+      }
       __syncthreads();  // smem and s_item are reused by the next item
     }
   } else {
