@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check: correctness tests against the CPU reference (both tile configurations), CUDA graph
-# replay, compute-sanitizer memcheck and racecheck on small cases, and the benchmark grid.
+# replay, compute-sanitizer memcheck and racecheck on small cases, the PyTorch binding's GPU
+# tests (when torch with CUDA is installed), and the benchmark grid.
 # Usage: scripts/gpu-check.sh [build-dir]   (results go to $OUT, default ./gpu-check-out)
 # The build dir may be prebuilt elsewhere (same x86-64 Linux); otherwise it is configured here.
 set -uo pipefail
@@ -34,8 +35,21 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
   run compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/treemla_gpu_tests" --gtest_filter="$small"
   run compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/treemla_gpu_tests" --gtest_filter='VerifyGpu.SmallPrefixLengths'
 fi
+if [ -z "${SKIP_PYTHON:-}" ] && python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  # The binding with its CUDA kernels against the installed torch, then its GPU tests.
+  run env TREEMLA_BUILD_CUDA=1 MAX_JOBS="$(nproc)" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
+    python3 -m pip install -q --no-build-isolation --no-deps ./python
+  run python3 -m pytest -q python/tests
+fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   run "$BUILD/treemla" bench --json "$OUT/bench.json" --commit "${TREEMLA_COMMIT:-unknown}" ${BENCH_ARGS:-}
+  run "$BUILD/treemla" bench-pool --json "$OUT/bench-pool.json" --commit "${TREEMLA_COMMIT:-unknown}"
+  # The serving loop at GLM-5 shape, with and without defragmentation during the run.
+  for thr in 2 0; do
+    run "$BUILD/treemla" simulate --device cuda --heads 8 --budget 64 --depth 15 --page-size 1 \
+      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 30 --defrag-threshold $thr \
+      --json "$OUT/simulate-cuda-threshold$thr.json"
+  done
 fi
 echo "== gpu-check status $status" | tee -a "$OUT/gpu-check.log"
 exit $status
