@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "treemla/error.h"
 #include "treemla/tree.h"
 
@@ -17,16 +18,7 @@ using namespace treemla::tree;
 
 namespace {
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected treemla::Error containing '" << parts[0] << "'";
-  } catch (const Error& e) {
-    for (const auto& s : parts)
-      EXPECT_NE(e.message().find(s), std::string::npos) << "message: " << e.message()
-                                                        << "\nmissing: " << s;
-  }
-}
+using test::expect_error;
 
 std::vector<int32_t> random_tree(int n, int shape, std::mt19937& rng) {
   std::vector<int32_t> p(n);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "treemla/error.h"
 #include "treemla/tree.h"
 
@@ -89,16 +90,7 @@ int64_t num_paths(int K, int D) {
   return total;
 }
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected treemla::Error containing '" << parts[0] << "'";
-  } catch (const Error& e) {
-    for (const auto& s : parts)
-      EXPECT_NE(e.message().find(s), std::string::npos) << "message: " << e.message()
-                                                        << "\nmissing: " << s;
-  }
-}
+using test::expect_error;
 
 // Every property the builder promises; `ctx` goes into failure messages.
 void check_tree(const Draft& d, int budget, const DDTree& t, const std::string& ctx) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "treemla/error.h"
 #include "treemla/tree.h"
 
@@ -58,16 +59,7 @@ std::vector<std::vector<char>> ref_visible(const std::vector<int32_t>& p) {
   return vis;
 }
 
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected treemla::Error containing '" << parts[0] << "'";
-  } catch (const Error& e) {
-    for (const auto& s : parts)
-      EXPECT_NE(e.message().find(s), std::string::npos) << "message: " << e.message()
-                                                        << "\nmissing: " << s;
-  }
-}
+using test::expect_error;
 
 const int kSizes[] = {1, 2, 3, 63, 64, 65, 127, 128, 129, 1025};
 const Shape kShapes[] = {Shape::kChain, Shape::kStar, Shape::kRandom, Shape::kDeep, Shape::kBinary};
