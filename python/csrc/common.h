@@ -71,4 +71,24 @@ void check_merge_args(const at::Tensor& v_a, const at::Tensor& s_a, const at::Te
                       const at::Tensor& s_b);
 void check_merge_outputs(const at::Tensor& v_a, const at::Tensor& v, const at::Tensor& s);
 
+// merge_state / merge_state_out of one device around its kernel, which writes (v, s) from the
+// checked inputs: the functional form allocates the outputs, the out form checks them.
+using MergeInto = void (*)(const at::Tensor& v_a, const at::Tensor& s_a, const at::Tensor& v_b,
+                           const at::Tensor& s_b, const at::Tensor& v, const at::Tensor& s);
+template <MergeInto Into>
+std::tuple<at::Tensor, at::Tensor> merge_state_with(const at::Tensor& v_a, const at::Tensor& s_a,
+                                                    const at::Tensor& v_b, const at::Tensor& s_b) {
+  check_merge_args(v_a, s_a, v_b, s_b);
+  at::Tensor v = at::empty_like(v_a), s = at::empty_like(s_a);
+  Into(v_a, s_a, v_b, s_b, v, s);
+  return {v, s};
+}
+template <MergeInto Into>
+void merge_state_out_with(const at::Tensor& v_a, const at::Tensor& s_a, const at::Tensor& v_b,
+                          const at::Tensor& s_b, const at::Tensor& v, const at::Tensor& s) {
+  check_merge_args(v_a, s_a, v_b, s_b);
+  check_merge_outputs(v_a, v, s);
+  Into(v_a, s_a, v_b, s_b, v, s);
+}
+
 }  // namespace treemla::binding

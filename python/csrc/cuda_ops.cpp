@@ -141,20 +141,6 @@ void merge_cuda_into(const at::Tensor& v_a, const at::Tensor& s_a, const at::Ten
   });
 }
 
-std::tuple<at::Tensor, at::Tensor> merge_state_cuda(const at::Tensor& v_a, const at::Tensor& s_a,
-                                                    const at::Tensor& v_b, const at::Tensor& s_b) {
-  check_merge_args(v_a, s_a, v_b, s_b);
-  at::Tensor v = at::empty_like(v_a), s = at::empty_like(s_a);
-  merge_cuda_into(v_a, s_a, v_b, s_b, v, s);
-  return {v, s};
-}
-
-void merge_state_out_cuda(const at::Tensor& v_a, const at::Tensor& s_a, const at::Tensor& v_b,
-                          const at::Tensor& s_b, const at::Tensor& v, const at::Tensor& s) {
-  check_merge_args(v_a, s_a, v_b, s_b);
-  check_merge_outputs(v_a, v, s);
-  merge_cuda_into(v_a, s_a, v_b, s_b, v, s);
-}
 
 pybind11::dict plan_dict(const cuda::VerifyPlan& plan, int64_t header) {
   pybind11::dict d;
@@ -213,12 +199,8 @@ void verify_attention_out_cuda(const at::Tensor&, const at::Tensor&, const at::T
                                const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&) {
   no_cuda();
 }
-std::tuple<at::Tensor, at::Tensor> merge_state_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                    const at::Tensor&) {
-  no_cuda();
-}
-void merge_state_out_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                          const at::Tensor&, const at::Tensor&) {
+void merge_cuda_into(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                     const at::Tensor&, const at::Tensor&) {
   no_cuda();
 }
 
@@ -238,6 +220,6 @@ void define_cuda_python(pybind11::module& m) {
 TORCH_LIBRARY_IMPL(treemla, CUDA, m) {
   m.impl("verify_attention", &treemla::binding::verify_attention_cuda);
   m.impl("verify_attention_out", &treemla::binding::verify_attention_out_cuda);
-  m.impl("merge_state", &treemla::binding::merge_state_cuda);
-  m.impl("merge_state_out", &treemla::binding::merge_state_out_cuda);
+  m.impl("merge_state", &treemla::binding::merge_state_with<treemla::binding::merge_cuda_into>);
+  m.impl("merge_state_out", &treemla::binding::merge_state_out_with<treemla::binding::merge_cuda_into>);
 }

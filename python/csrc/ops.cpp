@@ -82,20 +82,6 @@ void merge_cpu_into(const at::Tensor& v_a, const at::Tensor& s_a, const at::Tens
   if (!fp32) v.copy_(vf);
 }
 
-std::tuple<at::Tensor, at::Tensor> merge_state_cpu(const at::Tensor& v_a, const at::Tensor& s_a,
-                                                   const at::Tensor& v_b, const at::Tensor& s_b) {
-  check_merge_args(v_a, s_a, v_b, s_b);
-  at::Tensor v = at::empty_like(v_a), s = at::empty_like(s_a);
-  merge_cpu_into(v_a, s_a, v_b, s_b, v, s);
-  return {v, s};
-}
-
-void merge_state_out_cpu(const at::Tensor& v_a, const at::Tensor& s_a, const at::Tensor& v_b,
-                         const at::Tensor& s_b, const at::Tensor& v, const at::Tensor& s) {
-  check_merge_args(v_a, s_a, v_b, s_b);
-  check_merge_outputs(v_a, v, s);
-  merge_cpu_into(v_a, s_a, v_b, s_b, v, s);
-}
 
 }  // namespace
 
@@ -124,8 +110,8 @@ TORCH_LIBRARY(treemla, m) {
 TORCH_LIBRARY_IMPL(treemla, CPU, m) {
   m.impl("verify_attention", &treemla::binding::verify_attention_cpu);
   m.impl("verify_attention_out", &treemla::binding::verify_attention_out_cpu);
-  m.impl("merge_state", &treemla::binding::merge_state_cpu);
-  m.impl("merge_state_out", &treemla::binding::merge_state_out_cpu);
+  m.impl("merge_state", &treemla::binding::merge_state_with<treemla::binding::merge_cpu_into>);
+  m.impl("merge_state_out", &treemla::binding::merge_state_out_with<treemla::binding::merge_cpu_into>);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
