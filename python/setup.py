@@ -115,12 +115,14 @@ def has_gpu_pool():
     return found == needed
 
 
-# Look the C++ runtime up in the system libstdc++ first. torch's libraries export copies of some
-# libstdc++ template code, and torch's link line puts them ahead of libstdc++: LD_DEBUG=bindings
-# shows an extension's basic_ostringstream constructor resolving to libc10 and stringbuf::str to
-# libtorch, mixed with the system library's vtables and destructors. Listing stdc++ before torch's
-# libraries makes every such reference resolve to one runtime.
-RUNTIME_LIBS = ["stdc++"]
+# Link the C++ runtime as the shared libstdc++.so.6, named as a file and ahead of torch's libraries.
+# Built with a plain -lstdc++ (the one the compiler driver adds) on an Ubuntu 24.04 machine with
+# GCC 13.3 and torch 2.11+cu130, the extension carried its own copy of libstdc++'s iostream and
+# locale code (basic_ostream::_M_insert<long>, codecvt facets) beside the shared runtime torch loads,
+# and the first error message streamed into an ostringstream crashed there. Naming the shared
+# object first resolves every std:: reference to it, so nothing can be pulled from an archive.
+# tests/test_error_propagation.py checks that the built extension defines no libstdc++ code.
+RUNTIME_LIBS = [":libstdc++.so.6"] if sys.platform.startswith("linux") else ["stdc++"]
 
 
 def extension():

@@ -1,6 +1,8 @@
 """Errors raised inside the extension reach Python as exceptions, checked in fresh processes so
 that a crash in C++ exception handling (a mismatched C++ runtime, an unwinder problem) shows
 up as one failing test with its signal rather than ending the whole test run."""
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -43,3 +45,22 @@ def test_errors_after_cuda_compile():
     prelude = ("f = torch.compile(lambda x: x.sin() + 1)\n"
                "f(torch.ones(4, device='cuda'))")
     run_snippet(prelude, device=", device='cuda'")
+
+
+# Symbols that only a copy of libstdc++ linked into the extension would define: iostream
+# instantiations that libstdc++.so exports itself, and locale facets.
+RUNTIME_COPY = re.compile(r"^_ZNSo9_M_insert|^_ZNKSt7codecvt|^_ZNSt6locale|^_ZNSt8ios_base4Init")
+
+
+def test_extension_carries_no_copy_of_libstdcxx():
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    import treemla._C as ext
+    res = subprocess.run([nm, "-D", "--defined-only", ext.__file__], capture_output=True,
+                         text=True, check=True)
+    names = [line.split()[-1] for line in res.stdout.splitlines() if line.strip()]
+    copied = sorted(n for n in names if RUNTIME_COPY.match(n))
+    assert not copied, (
+        f"{ext.__file__} defines {len(copied)} libstdc++ symbols (e.g. {copied[:3]}): a static "
+        "libstdc++ was linked in; see RUNTIME_LIBS in python/setup.py")
