@@ -31,7 +31,7 @@ namespace treemla::binding {
 namespace {
 
 cuda::TileConfig to_tile(int64_t tile) {
-  TREEMLA_CHECK_VALUE(tile >= 0 && tile <= 2, "tile must be 0 (auto), 1 (smem99k) or 2 (smem_large), got ",
+  TREEMLA_CHECK_VALUE(tile >= 0 && tile <= 2, "tile must be 0 (auto), 1 (smem99k) or 2 (smem-large), got ",
                     tile);
   return static_cast<cuda::TileConfig>(tile);
 }

@@ -248,3 +248,8 @@ def test_tree_tail_slots():
     flat = case.kv_cache.view(-1, 576)
     assert not torch.isnan(flat[slots].float()).any()
     assert math.isclose(case.sm_scale, 1 / math.sqrt(192))
+
+
+def test_plan_rejects_unknown_tile_name():
+    with pytest.raises(ValueError, match=r"tile must be one of .*'smem-large'.*got 'large'"):
+        treemla.plan_verify(1, 1, 8, tile="large")

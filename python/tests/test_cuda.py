@@ -59,6 +59,22 @@ def test_verify_cuda_parts_merge():
 
 
 @needs_kernels
+@pytest.mark.parametrize("tile", ["smem99k", "smem-large"])
+def test_verify_cuda_each_tile_configuration(tile):
+    # smem99k is the configuration sm_120 runs (99 KB per block); it runs on every GPU.
+    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    if tile == "smem-large" and optin <= 101376:
+        pytest.skip(f"this GPU allows {optin} B of shared memory per block: smem99k only")
+    case = make_case(23, [0, 4097, 100, 33], [65, 1, 130, 16], heads=16, page_size=32,
+                     dtype=torch.bfloat16)
+    plan = treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda", tile=tile)
+    assert plan.tile == tile
+    assert treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda",
+                               tile=plan.tile).tile == tile  # plan.tile is a valid request
+    check_cuda(case, plan=plan)
+
+
+@needs_kernels
 def test_cuda_graph_replay_with_new_lengths():
     heads, page_size, max_batch, max_q = 8, 16, 3, 96
     plan = treemla.plan_verify(max_batch, max_q, heads, device="cuda")

@@ -19,7 +19,9 @@ MAX_TREE_NODES = 1025
 MAX_MASK_WORDS = 17
 
 _PARTS = {"all": 0, "prefix": 1, "tail": 2}
-_TILES = {"auto": 0, "smem99k": 1, "smem_large": 2}
+# Tile configurations by the names the C++ library, `treemla bench` and VerifyPlan.tile use;
+# "smem_large" is accepted as an alias of "smem-large".
+_TILES = {"auto": 0, "smem99k": 1, "smem-large": 2, "smem_large": 2}
 
 
 def with_cuda() -> bool:
@@ -77,8 +79,9 @@ def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
 
     Reads device properties and sets kernel attributes, so call it outside CUDA-graph capture;
     plans are cached, so calling it again with the same arguments is cheap. ``tile`` forces a
-    shared-memory configuration ("smem99k" runs everywhere, "smem_large" needs more than 99 KB
-    per block); "auto" picks the largest the device allows.
+    shared-memory configuration ("smem99k", the sm_120 one, runs everywhere; "smem-large" needs more
+    than 99 KB per block); "auto" picks the largest the device allows. ``plan.tile`` names the
+    configuration chosen.
     """
     if tile not in _TILES:
         raise ValueError(f"tile must be one of {sorted(_TILES)}, got {tile!r}")
