@@ -267,15 +267,12 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
     auto paged_gbps = [&](int ctas, bool one_per_sm) {
       // Splits as the schedule makes them for q_len = 1 (one row tile per request), for `ctas`.
       const int splits = std::max(1, std::min(ctas / c.batch, pblocks / 8));
+      // One CTA per SM needs blocks in flight per thread; many CTAs need few registers.
+      const auto kernel = one_per_sm ? paged_read_kernel<4> : paged_read_kernel<1>;
       const double ms = median_ms(0, [&](int i) {
         const Workload& w = ws[i % copies];
-        if (one_per_sm) {
-          paged_read_kernel<4><<<ctas, 256>>>(static_cast<const uint4*>(w.kv), w.pt, w.p.page_table_stride,
-                                               c.batch, c.prefix, c.page_size, splits, sink);
-        } else {
-          paged_read_kernel<1><<<ctas, 256>>>(static_cast<const uint4*>(w.kv), w.pt, w.p.page_table_stride,
-                                               c.batch, c.prefix, c.page_size, splits, sink);
-        }
+        kernel<<<ctas, 256>>>(static_cast<const uint4*>(w.kv), w.pt, w.p.page_table_stride, c.batch, c.prefix,
+                              c.page_size, splits, sink);
       }, 3, reps);
       TREEMLA_CHECK_LAUNCH("paged_read_kernel");
       return double(c.batch) * c.prefix * treemla::kHeadDimQK * 2 / (ms * 1e-3) / 1e9;

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/verify_device.cuh"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/sm80/verify_traits.h"
 
@@ -41,25 +42,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-
-__device__ __forceinline__ void record_status(WorkspaceHeader* hdr, int code, int request,
-                                              long long value, long long extra) {
-  if (atomicCAS(&hdr->status_code, 0, code) == 0) {
-    hdr->status_request = request;
-    hdr->status_value = value;
-    hdr->status_extra = extra;
-  }
-}
-
-// Largest b in [0, n) with base[b] <= x (base non-decreasing, base[0] <= x).
-__device__ __forceinline__ int find_request(const int* base, int n, int x) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (base[mid] <= x) lo = mid; else hi = mid - 1;
-  }
-  return lo;
 }
 
 // The k-th set bit (k >= 0) of a 64-bit mask.
@@ -528,7 +510,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) verify_main_kernel(const __gr
       __syncthreads();
       const int item = s_item;
       if (item >= kp.hdr->num_items) break;
-      const int b = find_request(kp.item_base, kp.p.batch, item);
+      const int b = find_base(kp.item_base, kp.p.batch, item);
       const int local = item - kp.item_base[b];
       const int tiles = kp.sched[b].tiles;
       const int tile = local % tiles;

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/verify_device.cuh"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/smxx/kernels.h"
 
@@ -15,15 +16,6 @@ namespace treemla::cuda {
 namespace {
 
 constexpr int kCombineThreads = 256;
-
-__device__ __forceinline__ int find_base(const int* base, int n, int x) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (base[mid] <= x) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {

@@ -13,6 +13,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/common/verify_device.cuh"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/smxx/kernels.h"
 
@@ -21,14 +22,6 @@ namespace treemla::cuda {
 namespace {
 
 constexpr int kSchedThreads = 256;
-
-__device__ void record(WorkspaceHeader* hdr, int code, int request, long long value, long long extra) {
-  if (atomicCAS(&hdr->status_code, 0, code) == 0) {
-    hdr->status_request = request;
-    hdr->status_value = value;
-    hdr->status_extra = extra;
-  }
-}
 
 __global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
   using Reduce = cub::BlockReduce<long long, kSchedThreads>;
@@ -52,11 +45,11 @@ __global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __
     const int lo = ip[b], hi = ip[b + 1];
     int prefix = kp.p.prefix_lens[b];
     int q_len = hi - lo;
-    if (b == 0 && lo != 0) { record(kp.hdr, kStatusBadIndptr, 0, lo, 0); q_len = 0; }
-    if (q_len < 0) { record(kp.hdr, kStatusBadIndptr, b, lo, hi); q_len = 0; }
-    if (q_len > kMaxTreeNodes) { record(kp.hdr, kStatusQLen, b, q_len, kMaxTreeNodes); q_len = 0; }
-    if (hi > kp.max_total_q) { record(kp.hdr, kStatusTotalQ, b, hi, kp.max_total_q); q_len = 0; }
-    if (prefix < 0 || prefix > kMaxPrefixLen) { record(kp.hdr, kStatusPrefix, b, prefix, kMaxPrefixLen); q_len = 0; prefix = 0; }
+    if (b == 0 && lo != 0) { record_status(kp.hdr, kStatusBadIndptr, 0, lo, 0); q_len = 0; }
+    if (q_len < 0) { record_status(kp.hdr, kStatusBadIndptr, b, lo, hi); q_len = 0; }
+    if (q_len > kMaxTreeNodes) { record_status(kp.hdr, kStatusQLen, b, q_len, kMaxTreeNodes); q_len = 0; }
+    if (hi > kp.max_total_q) { record_status(kp.hdr, kStatusTotalQ, b, hi, kp.max_total_q); q_len = 0; }
+    if (prefix < 0 || prefix > kMaxPrefixLen) { record_status(kp.hdr, kStatusPrefix, b, prefix, kMaxPrefixLen); q_len = 0; prefix = 0; }
     RequestSched rs{};
     rs.q_start = lo;
     rs.q_len = q_len;
@@ -112,7 +105,7 @@ __global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __
     kp.group_base[batch] = s_carry[2];
     int items = s_carry[0], groups = s_carry[2];
     if (s_carry[1] > kp.partial_slots) {
-      record(kp.hdr, kStatusPartials, -1, s_carry[1], kp.partial_slots);
+      record_status(kp.hdr, kStatusPartials, -1, s_carry[1], kp.partial_slots);
       items = 0;
       groups = 0;
     }
