@@ -36,7 +36,10 @@ constexpr int kMaxPrefixLen = 1 << 20;  // generous bound; design range is 0..26
 enum class VerifyPart : int { kAll = 0, kPrefix = 1, kTail = 2 };
 
 struct VerifyParams {
-  DType dtype = DType::kBF16;  // element type of q, kv_cache and o
+  DType dtype = DType::kBF16;  // element type of q and o (and of kv_cache unless kv_dtype says)
+  // Element type of kv_cache as a DType value; -1 (the default) means the same as dtype. Every
+  // implementation today requires the two to match; the field is where an 8-bit cache will go.
+  int kv_dtype = -1;
   int batch = 0;               // number of requests, >= 1
   int num_heads = 0;           // H, 1..128
   int page_size = 0;           // tokens per page, a power of two
@@ -53,6 +56,9 @@ struct VerifyParams {
   const int32_t* q_indptr = nullptr;     // [batch + 1], q_indptr[0] = 0, non-decreasing
   const uint64_t* tree_mask = nullptr;   // [total_q, mask_words]
 };
+
+// The element type of kv_cache.
+inline DType kv_dtype_of(const VerifyParams& p) { return p.kv_dtype < 0 ? p.dtype : static_cast<DType>(p.kv_dtype); }
 
 namespace cpu {
 

@@ -43,6 +43,9 @@ void validate(const VerifyParams& p) {
   const int dt = static_cast<int>(p.dtype);
   TREEMLA_CHECK(p.dtype == DType::kBF16 || p.dtype == DType::kFP16 || p.dtype == DType::kFP32,
                 "dtype = " << dt << " is not one of bf16, fp16, fp32");
+  TREEMLA_CHECK(p.kv_dtype == -1 || p.kv_dtype == dt,
+                "kv_dtype = " << p.kv_dtype << " must be -1 (same as dtype) or equal dtype = " << dt
+                              << "; a KV cache of another type is not supported yet");
   const int part = static_cast<int>(p.part);
   TREEMLA_CHECK(p.part == VerifyPart::kAll || p.part == VerifyPart::kPrefix || p.part == VerifyPart::kTail,
                 "part = " << part << " is not one of kAll, kPrefix, kTail");

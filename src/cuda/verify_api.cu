@@ -1,15 +1,19 @@
-// Host side of verify attention on the GPU: plan (sizes, grid, tile configuration), argument
-// checks, launches, status readback, and merge_state. Dispatch picks the kernel instantiation
-// from the dtype and the tile configuration; the configuration comes from the device's
-// shared-memory limit unless the caller forces one.
+// Host side of verify attention on the GPU: plan (family, tile configuration, grid, sizes),
+// argument checks, launches, status readback, and merge_state. The plan picks the family from the
+// device's compute capability and what was compiled in, the tile configuration from its
+// shared-memory limit, unless the caller forces either; the dispatch table (dispatch.h) maps the
+// choice to a kernel.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
+#include "cuda/arch.h"
 #include "cuda/common/check.h"
 #include "cuda/common/verify_kernel_params.h"
-#include "cuda/sm80/verify_launch.h"
+#include "cuda/dispatch.h"
 #include "cuda/smxx/kernels.h"
 #include "treemla/cuda/verify.h"
 
@@ -21,31 +25,18 @@ namespace treemla::cuda {
 
 namespace {
 
-template <class Tr>
-const void* main_kernel(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16: return verify_main_kernel_ptr<__nv_bfloat16, Tr>();
-    case DType::kFP16: return verify_main_kernel_ptr<__half, Tr>();
-    default: TREEMLA_FAIL("dtype must be bf16 or fp16 on the GPU (got " << dtype_name(dtype) << ")");
-  }
-}
-
-const void* main_kernel(DType dtype, TileConfig tile) {
-  switch (tile) {
-    case TileConfig::kSmem99K: return main_kernel<TraitsSmem99K>(dtype);
-    case TileConfig::kSmemLarge: return main_kernel<TraitsSmemLarge>(dtype);
-    default: TREEMLA_FAIL("tile configuration " << static_cast<int>(tile) << " is not resolved");
-  }
-}
-
-int smem_bytes(TileConfig tile) {
-  return tile == TileConfig::kSmemLarge ? TraitsSmemLarge::kSmemBytes : TraitsSmem99K::kSmemBytes;
-}
-
 int ilog2(int x) {
   int s = 0;
   while ((1 << s) < x) ++s;
   return s;
+}
+
+// True when the kernel has an image this device can run (the build holds its architecture).
+bool has_image(const KernelEntry& e) {
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, e.fn);
+  if (err != cudaSuccess) cudaGetLastError();
+  return err == cudaSuccess;
 }
 
 VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, void* ws, void* o,
@@ -59,7 +50,12 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.target_items = plan.target_items;
   kp.partial_slots = plan.partial_slots;
   kp.max_total_q = plan.limits.max_total_q;
-  kp.max_batch = plan.limits.max_batch;
+  kp.pair_rows = kernel_entry(plan.family, p.dtype, plan.tile).pair_rows;
+  static const int wait_mode = [] {
+    const char* e = std::getenv("TREEMLA_WAIT_MODE");
+    return e ? std::atoi(e) : 0;
+  }();
+  kp.wait_mode = wait_mode;
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);
@@ -73,6 +69,15 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
 
 }  // namespace
 
+const char* kernel_family_name(KernelFamily f) {
+  switch (f) {
+    case KernelFamily::kAuto: return "auto";
+    case KernelFamily::kCpAsync: return "cpasync";
+    case KernelFamily::kCluster: return "cluster";
+  }
+  return "unknown";
+}
+
 const char* tile_config_name(TileConfig c) {
   switch (c) {
     case TileConfig::kAuto: return "auto";
@@ -84,65 +89,121 @@ const char* tile_config_name(TileConfig c) {
 
 std::string compiled_architectures() { return TREEMLA_CUDA_ARCHS; }
 
-VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile) {
+VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile, KernelFamily family) {
   TREEMLA_CHECK(limits.max_batch >= 1 && limits.max_batch <= (1 << 20),
                 "limits.max_batch = " << limits.max_batch << " must be in [1, 1048576]");
   TREEMLA_CHECK(limits.num_heads >= 1 && limits.num_heads <= kMaxHeads,
                 "limits.num_heads = " << limits.num_heads << " must be in [1, " << kMaxHeads << "]");
   TREEMLA_CHECK(limits.max_total_q >= 1 && limits.max_total_q * limits.num_heads < (int64_t{1} << 31),
                 "limits.max_total_q = " << limits.max_total_q << " must be >= 1 and max_total_q * num_heads < 2^31");
+  TREEMLA_CHECK(family == KernelFamily::kAuto || family == KernelFamily::kCpAsync || family == KernelFamily::kCluster,
+                "family = " << static_cast<int>(family) << " is not a KernelFamily");
+  TREEMLA_CHECK(tile == TileConfig::kAuto || tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
+                "tile = " << static_cast<int>(tile) << " is not a TileConfig");
   if (device < 0) TREEMLA_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   TREEMLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   const int cc = prop.major * 10 + prop.minor;
-  TREEMLA_CHECK(cc >= 80, "device " << device << " (" << prop.name << ") has compute capability "
-                                   << prop.major << "." << prop.minor
-                                   << "; treemla's verify kernels need 8.0 or newer");
+  TREEMLA_CHECK(arch_has_mma_sync(cc), "device " << device << " (" << prop.name << ") has compute capability "
+                                                 << prop.major << "." << prop.minor
+                                                 << "; treemla's verify kernels need 8.0 or newer");
   int optin = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (tile == TileConfig::kAuto) {
-    tile = optin >= TraitsSmemLarge::kSmemBytes ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
+  int prev = -1;
+  TREEMLA_CUDA_CHECK(cudaGetDevice(&prev));
+  TREEMLA_CUDA_CHECK(cudaSetDevice(device));
+  struct Restore {
+    int dev;
+    ~Restore() { cudaSetDevice(dev); }
+  } restore{prev};
+
+  auto fits = [&](KernelFamily f, TileConfig t) {
+    const KernelEntry e = kernel_entry(f, DType::kBF16, t);
+    return cc >= e.min_cc && e.smem_bytes <= optin;
+  };
+  auto runnable = [&](KernelFamily f, TileConfig t) {
+    return fits(f, t) && has_image(kernel_entry(f, DType::kBF16, t)) && has_image(kernel_entry(f, DType::kFP16, t));
+  };
+  auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
+    if (tile != TileConfig::kAuto) return tile;
+    return fits(f, TileConfig::kSmemLarge) ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
+  };
+  if (family == KernelFamily::kAuto) {
+    family = runnable(KernelFamily::kCluster, pick_tile(KernelFamily::kCluster)) ? KernelFamily::kCluster
+                                                                                 : KernelFamily::kCpAsync;
   }
-  TREEMLA_CHECK(smem_bytes(tile) <= optin, "tile configuration " << tile_config_name(tile) << " needs "
-                                           << smem_bytes(tile) << " B of shared memory per block; device "
-                                           << device << " allows " << optin);
+  tile = pick_tile(family);
+  const KernelEntry entry = kernel_entry(family, DType::kBF16, tile);
+  TREEMLA_CHECK(cc >= entry.min_cc, "kernel family " << kernel_family_name(family) << " needs compute capability "
+                                                     << entry.min_cc / 10 << "." << entry.min_cc % 10
+                                                     << " or newer; device " << device << " (" << prop.name
+                                                     << ") has " << prop.major << "." << prop.minor);
+  TREEMLA_CHECK(entry.smem_bytes <= optin, "tile configuration " << tile_config_name(tile) << " of family "
+                                           << kernel_family_name(family) << " needs " << entry.smem_bytes
+                                           << " B of shared memory per block; device " << device << " allows " << optin);
+
   VerifyPlan plan;
   plan.limits = limits;
   plan.device = device;
   plan.sm_count = prop.multiProcessorCount;
   plan.compute_capability = cc;
+  plan.family = family;
   plan.tile = tile;
-
-  int prev = -1;
-  TREEMLA_CUDA_CHECK(cudaGetDevice(&prev));
-  TREEMLA_CUDA_CHECK(cudaSetDevice(device));
-  int occupancy = 0;
+  plan.threads = entry.threads;
+  plan.cluster = entry.cluster;
+  plan.smem_bytes = entry.smem_bytes;
+  int resident = 0;  // CTAs (cluster 1) or clusters that fit on the device at once
   for (DType dt : {DType::kBF16, DType::kFP16}) {
-    const void* k = main_kernel(dt, tile);
-    cudaFuncAttributes attr{};
-    const cudaError_t e = cudaFuncGetAttributes(&attr, k);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      cudaSetDevice(prev);
-      TREEMLA_FAIL("no verify kernel image for device " << device << " (" << prop.name << ", sm_"
-                   << cc << "); this build has architectures " << compiled_architectures()
-                   << " (" << cudaGetErrorString(e) << ")");
+    const KernelEntry e = kernel_entry(family, dt, tile);
+    if (!has_image(e)) {
+      TREEMLA_FAIL("no " << kernel_family_name(family) << " verify kernel image for device " << device << " ("
+                         << prop.name << ", sm_" << cc << "); this build has architectures "
+                         << compiled_architectures());
     }
-    TREEMLA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(tile)));
-    TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, k, 256, smem_bytes(tile)));
+    TREEMLA_CUDA_CHECK(cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem_bytes));
+    int n = 0;
+    if (e.cluster > 1) {
+      TREEMLA_CUDA_CHECK(cudaFuncSetAttribute(e.fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = e.cluster;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.gridDim = dim3(e.cluster * prop.multiProcessorCount);
+      cfg.blockDim = dim3(e.threads);
+      cfg.dynamicSmemBytes = e.smem_bytes;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, e.fn, &cfg));
+    } else {
+      TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, e.fn, e.threads, e.smem_bytes));
+      n *= prop.multiProcessorCount;
+    }
+    resident = dt == DType::kBF16 ? n : std::min(resident, n);
   }
-  TREEMLA_CUDA_CHECK(cudaSetDevice(prev));
-  TREEMLA_CHECK(occupancy >= 1, "verify kernel cannot be resident on device " << device);
-  plan.num_ctas = plan.sm_count * occupancy;
-  plan.target_items = plan.num_ctas;  // one wave of equal items (schedule.cu)
-  plan.partial_slots = plan.target_items;
+  TREEMLA_CHECK(resident >= 1, "the " << kernel_family_name(family) << " verify kernel cannot be resident on device "
+                                      << device << " (" << prop.name << ")");
+  plan.num_ctas = resident * plan.cluster;
+  plan.target_items = resident;  // one wave of equal items (schedule.cu), one per CTA or CTA pair
+  // Pair-mode items write two partial slots each.
+  plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : plan.target_items;
   plan.workspace_bytes = workspace_layout(limits.max_batch, plan.partial_slots).total;
   return plan;
+}
+
+void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
+  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = " << plan.workspace_bytes << ")");
+  const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
+  TREEMLA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace) + l.header, 0, sizeof(WorkspaceHeader), stream));
 }
 
 void check_params(const VerifyParams& p, const VerifyPlan& plan) {
   TREEMLA_CHECK(p.dtype == DType::kBF16 || p.dtype == DType::kFP16,
                 "dtype must be bf16 or fp16 on the GPU (got " << dtype_name(p.dtype) << ")");
+  TREEMLA_CHECK(p.kv_dtype == -1 || p.kv_dtype == static_cast<int>(p.dtype),
+                "kv_dtype = " << p.kv_dtype << " must be -1 (same as dtype) or equal dtype; a KV cache of "
+                              "another type is not supported on the GPU yet");
   TREEMLA_CHECK(p.batch >= 1 && p.batch <= plan.limits.max_batch,
                 "batch = " << p.batch << " must be in [1, plan.limits.max_batch = " << plan.limits.max_batch << "]");
   TREEMLA_CHECK(p.num_heads == plan.limits.num_heads,
@@ -177,11 +238,27 @@ void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, 
   TREEMLA_CHECK(o != nullptr && lse != nullptr, "o and lse must be non-null");
   TREEMLA_CHECK((reinterpret_cast<uintptr_t>(o) & 15) == 0, "o must be 16-byte aligned");
   const VerifyKernelParams kp = kernel_params(p, plan, workspace, o, lse);
-  const void* k = main_kernel(p.dtype, plan.tile);
+  const KernelEntry e = kernel_entry(plan.family, p.dtype, plan.tile);
   void* args[] = {const_cast<VerifyKernelParams*>(&kp)};
-  TREEMLA_CUDA_CHECK(cudaLaunchKernel(k, dim3(plan.num_ctas), dim3(256), args,
-                                      static_cast<size_t>(smem_bytes(plan.tile)), stream));
-  TREEMLA_CHECK_LAUNCH("verify_main_kernel");
+  if (e.cluster > 1) {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = e.cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(plan.num_ctas);
+    cfg.blockDim = dim3(e.threads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(e.smem_bytes);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TREEMLA_CUDA_CHECK(cudaLaunchKernelExC(&cfg, e.fn, args));
+  } else {
+    TREEMLA_CUDA_CHECK(cudaLaunchKernel(e.fn, dim3(plan.num_ctas), dim3(e.threads), args,
+                                        static_cast<size_t>(e.smem_bytes), stream));
+  }
+  TREEMLA_CHECK_LAUNCH("verify main kernel");
   launch_verify_combine(kp, plan.num_ctas, stream);
   TREEMLA_CHECK_LAUNCH("verify_combine_kernel");
 }

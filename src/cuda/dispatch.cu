@@ -1,0 +1,38 @@
+// The dispatch table (see dispatch.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/cluster/traits.h"
+#include "cuda/cpasync/traits.h"
+#include "cuda/dispatch.h"
+#include "treemla/error.h"
+
+namespace treemla::cuda {
+
+namespace {
+
+template <typename T>
+KernelEntry entry_for(KernelFamily family, TileConfig tile) {
+  const bool large = tile == TileConfig::kSmemLarge;
+  switch (family) {
+    case KernelFamily::kCpAsync:
+      return large ? cpasync_entry<CpAsyncTraitsLarge<T>>() : cpasync_entry<CpAsyncTraits99K<T>>();
+    case KernelFamily::kCluster:
+      return large ? cluster_entry<ClusterTraitsLarge<T>>() : cluster_entry<ClusterTraits99K<T>>();
+    default: TREEMLA_FAIL("kernel family " << static_cast<int>(family) << " is not resolved");
+  }
+}
+
+}  // namespace
+
+KernelEntry kernel_entry(KernelFamily family, DType dtype, TileConfig tile) {
+  TREEMLA_CHECK(tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
+                "tile configuration " << static_cast<int>(tile) << " is not resolved");
+  switch (dtype) {
+    case DType::kBF16: return entry_for<__nv_bfloat16>(family, tile);
+    case DType::kFP16: return entry_for<__half>(family, tile);
+    default: TREEMLA_FAIL("dtype must be bf16 or fp16 on the GPU (got " << dtype_name(dtype) << ")");
+  }
+}
+
+}  // namespace treemla::cuda
