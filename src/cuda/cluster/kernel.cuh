@@ -368,6 +368,7 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
       for (int j = 0; j < 9; ++j) {
         uint32_t b0, b1, b2, b3;
         ldmatrix_x4(b0, b1, b2, b3, st + stage_offset(krow, 2 * (9 * dh + j) + (mat & 1)));
+        if (kp.wait_mode & 64) continue;  // timing ablation only (wrong results)
         mma_16816<T>(acc[0][0], qf[0][j], b0, b1);
         mma_16816<T>(acc[0][1], qf[0][j], b2, b3);
         mma_16816<T>(acc[1][0], qf[1][j], b0, b1);
@@ -401,6 +402,7 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
     // (CCTL.IVALL) on every block.
     int ycnt = cnt;  // exchanges this warp has made (one per block), the Y barriers' phase
     auto y_send = [&](const float (&x)[2][4]) {
+      if (kp.wait_mode & 8) return;  // timing ablation only (wrong results)
       if (kp.wait_mode & 4) mbar_spin(sm.yempty(warp), (ycnt & 1) ^ 1);
       else mbar_wait(sm.yempty(warp), (ycnt & 1) ^ 1);
       const uint32_t ry = map_to_rank(sm.y(warp) + lane * 16, peer);
@@ -440,7 +442,12 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
       }
       // ---- block i: the peer's sum ----
       float s[2][4];
-      {
+      if (kp.wait_mode & 8) {  // timing ablation only (wrong results)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = x[n][e];
+      } else {
         if (kp.wait_mode & 4) mbar_spin(sm.yfull(warp), cnt & 1);
         else mbar_wait(sm.yfull(warp), cnt & 1);
         const uint32_t yi = sm.y(warp) + lane * 16;
@@ -524,7 +531,7 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
       named_barrier(bar_grp, 128);  // the group's P and rescale factors are in shared memory
       // The barrier also completes this warp's reads of Y: re-arm its barrier for the next
       // phase, tell the peer the slot is free, and send the next block's sum.
-      if (lane == 0) {
+      if (lane == 0 && !(kp.wait_mode & 8)) {
         mbar_arrive_expect_tx(sm.yfull(warp), Tr::kExchBytes);
         mbar_arrive_remote_relaxed(map_to_rank(sm.yempty(warp), peer));
       }
@@ -558,6 +565,7 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
           for (int np = 0; np < 4; ++np) {
             uint32_t b0, b1, b2, b3;
             ldmatrix_x4_trans(b0, b1, b2, b3, st + stage_offset(16 * kk + vrow, 8 * cq + 2 * np + (mat >> 1)));
+            if (kp.wait_mode & 32) continue;  // timing ablation only (wrong results)
             mma_16816<T>(o[0][2 * np], pa[0], b0, b1);
             mma_16816<T>(o[0][2 * np + 1], pa[0], b2, b3);
             mma_16816<T>(o[1][2 * np], pa[1], b0, b1);

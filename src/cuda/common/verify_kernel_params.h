@@ -57,7 +57,11 @@ struct VerifyKernelParams {
   int partial_slots;
   long long max_total_q;
   int pair_rows;      // row tiles of at most this many rows run as sub-split pairs (0: never)
-  int wait_mode;      // experiment: mbarrier waits that spin instead of suspending (env TREEMLA_WAIT_MODE)
+  // Measurement switches of the cluster family, from the environment variable TREEMLA_WAIT_MODE
+  // (0 in normal use): 1/2/4 spin on test_wait instead of try_wait (producer empty / stage full /
+  // peer exchange waits); timing ablations that give WRONG results: 8 skips the peer exchange,
+  // 32 the P V products, 64 the Q K^T products.
+  int wait_mode;
   // workspace views
   WorkspaceHeader* hdr;
   int* item_base;      // [batch + 1]
