@@ -1,5 +1,5 @@
-// treemla tests: helpers shared by the budget tests -- synthetic cost tables (analytic and random)
-// and an interpolation written independently of the library's.
+// treemla tests: helpers shared by the budget tests -- synthetic cost tables (analytic and random),
+// synthetic path scores, and a brute-force budget search written independently of the library's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -65,6 +65,18 @@ inline CostTable random_table(std::mt19937& rng) {
                     [&rng](double, double) { return uniform(rng, 1.0, 5000.0); });
 }
 
+// `count` path log-probabilities in pop order: non-increasing, <= 0, sometimes with a -inf tail
+// (a draft whose top-K ran out of probability mass).
+inline std::vector<double> random_scores(std::mt19937& rng, int count) {
+  std::vector<double> s(static_cast<size_t>(count));
+  const double scale = uniform(rng, 0.05, 4.0);  // confident to diffuse drafters
+  for (auto& x : s) x = -scale * uniform(rng, 0.0, 6.0);
+  std::sort(s.begin(), s.end(), std::greater<>());
+  if (count > 0 && rng() % 4 == 0)
+    std::fill(s.begin() + static_cast<std::ptrdiff_t>(rng() % count), s.end(), -INFINITY);
+  return s;
+}
+
 // C_v on the table by a linear scan and the textbook bilinear formula.
 inline double reference_interp(const CostTable& t, double n, double L) {
   auto cell = [](const auto& axis, double x, size_t& i, double& w) {
@@ -86,6 +98,31 @@ inline double reference_interp(const CostTable& t, double n, double L) {
   };
   return (1 - u) * (1 - v) * at(i, j) + (1 - u) * v * at(i, j + 1) + u * (1 - v) * at(i + 1, j) +
          u * v * at(i + 1, j + 1);
+}
+
+struct BruteResult {
+  int32_t budget = -1;
+  double tokens_per_s = -1;
+  std::vector<double> rates;  // per candidate, in the given order
+};
+
+// Every candidate evaluated from scratch: E = 1 + sum of clamped probabilities, cost from `cv`.
+inline BruteResult brute_force(const std::vector<int32_t>& candidates,
+                               const std::vector<double>& scores, double calibration,
+                               const RoundCost& cost, const std::function<double(int32_t)>& cv) {
+  BruteResult r;
+  for (const int32_t b : candidates) {
+    double e = 1.0;
+    for (int32_t i = 0; i < b; ++i) e += std::min(1.0, calibration * std::exp(scores[i]));
+    const double round = cost.fixed_us + cost.per_node_us * (b + 1) + cost.layers * cv(b + 1);
+    const double rate = e / round * 1e6;
+    r.rates.push_back(rate);
+    if (rate > r.tokens_per_s || (rate == r.tokens_per_s && b < r.budget)) {
+      r.budget = b;
+      r.tokens_per_s = rate;
+    }
+  }
+  return r;
 }
 
 }  // namespace treemla::budget_test

@@ -61,6 +61,13 @@ TEST(CostTable, ValidationNamesFieldAndBound) {
   broken([](CostTable& t) { t.us[0][0] = INFINITY; }, {"us[0][0] = inf"});
   broken([](CostTable& t) { t.us[1][2] = 0.0; }, {"us[1][2] = 0", "> 0"});
   broken([](CostTable& t) { t.us[1][0] = -5.0; }, {"us[1][0] = -5"});
+  // Every entry point validates the table.
+  CostTable t = small_table();
+  t.us[0][0] = -1.0;
+  expect_error([&] { verify_cost_us(t, 16, 2048); }, {"us[0][0] = -1"});
+  expect_error([&] { round_cost_us(t, 15, 2048, {}); }, {"us[0][0] = -1"});
+  const std::vector<double> scores(63, -1.0);
+  expect_error([&] { pick_budget(t, scores, 2048, {}); }, {"us[0][0] = -1"});
 }
 
 TEST(CostTable, ExactAtGridPoints) {
@@ -153,6 +160,30 @@ TEST(CostTable, SinglePointAxes) {
   expect_error([&] { verify_cost_us(t, 65, 131073); }, {"prefix_len = 131073", "[131072, 131072]"});
   const CostTable row = make_table({1, 65}, {4096}, [](double n, double) { return 2.0 * n; });
   EXPECT_DOUBLE_EQ(verify_cost_us(row, 33, 4096), 66.0);
+}
+
+TEST(CostTable, RoundCost) {
+  const CostTable t = small_table();
+  RoundCost c;
+  c.layers = 78;
+  c.fixed_us = 1500;
+  c.per_node_us = 12.5;
+  // n = 16 at a grid L: 10 + 0.01 * 16 * 4096 per layer.
+  EXPECT_DOUBLE_EQ(round_cost_us(t, 15, 4096, c), 1500 + 12.5 * 16 + 78 * (10 + 0.01 * 16 * 4096));
+  expect_error([&] { round_cost_us(t, -1, 4096, c); }, {"budget = -1", "0..1024"});
+  expect_error([&] { round_cost_us(t, 64, 4096, c); }, {"n = 65", "[1, 64]"});
+  RoundCost bad = c;
+  bad.layers = 0;
+  expect_error([&] { round_cost_us(t, 15, 4096, bad); }, {"cost.layers = 0", ">= 1"});
+  bad = c;
+  bad.fixed_us = -1;
+  expect_error([&] { round_cost_us(t, 15, 4096, bad); }, {"cost.fixed_us = -1", "finite and >= 0"});
+  bad = c;
+  bad.per_node_us = NAN;
+  expect_error([&] { round_cost_us(t, 15, 4096, bad); }, {"cost.per_node_us = nan"});
+  bad = c;
+  bad.fixed_us = INFINITY;
+  expect_error([&] { round_cost_us(t, 15, 4096, bad); }, {"cost.fixed_us = inf"});
 }
 
 }  // namespace
