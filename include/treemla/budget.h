@@ -80,7 +80,8 @@ double expected_tokens(std::span<const double> path_logprobs, int32_t budget,
 
 struct PickOptions {
   // Multiplies every path probability before the clamp to [0, 1]; 1 trusts the drafter. Measured
-  // online, e.g. (accepted draft tokens) / (predicted E[tokens] - 1) over recent rounds.
+  // online, e.g. accepted draft tokens / (expected_tokens(.., calibration 1) - 1) over recent
+  // rounds (docs/budget.md).
   double calibration = 1.0;
   // Budgets to consider, in any order (duplicates are ignored). Each must lie in
   // [table.min_budget(), table.max_budget()] and be <= path_logprobs.size().
