@@ -33,13 +33,13 @@ constexpr std::array<int64_t, 9> kCostTablePrefixLens = {1024,  2048,  4096,   8
 // n tree nodes (the root and B = n - 1 draft nodes) over a prefix of L rows, measured for one
 // configuration. Fields mirror the JSON file one to one.
 struct CostTable {
-  std::string gpu;                    // device name, e.g. "NVIDIA H200"
-  std::string date;                   // measurement date, YYYY-MM-DD
-  std::string commit;                 // treemla commit the kernel was built from
-  int32_t heads = 0;                  // query heads H, 1..kMaxHeads
-  int32_t page_size = 0;              // KV page size, a power of two
-  std::vector<int32_t> n;             // [num_n] tree sizes 1 + B, 1 <= n[0] < n[1] < .. <= kMaxTreeNodes
-  std::vector<int64_t> L;             // [num_L] prefix lengths, 1 <= L[0] < L[1] < .. <= kMaxPrefixLen
+  std::string gpu;         // device name, e.g. "NVIDIA H200"
+  std::string date;        // measurement date, YYYY-MM-DD
+  std::string commit;      // treemla commit the kernel was built from
+  int32_t heads = 0;       // query heads H, 1..kMaxHeads
+  int32_t page_size = 0;   // KV page size, a power of two
+  std::vector<int32_t> n;  // [num_n] tree sizes 1 + B: 1 <= n[0] < n[1] < .. <= kMaxTreeNodes
+  std::vector<int64_t> L;  // [num_L] prefix lengths: 0 <= L[0] < L[1] < .. <= kMaxPrefixLen
   std::vector<std::vector<double>> us;  // [num_n][num_L], finite and > 0
 
   int32_t min_budget() const { return n.empty() ? -1 : n.front() - 1; }
@@ -112,7 +112,8 @@ struct BudgetChoice {
 // budget considered and keep its first 1 + B nodes (truncate_ddtree): build_ddtree's pop order
 // makes that exactly the tree build_ddtree gives for budget B.
 BudgetChoice pick_budget(const CostTable& table, std::span<const double> path_logprobs,
-                         int64_t prefix_len, const RoundCost& cost, const PickOptions& options = {});
+                         int64_t prefix_len, const RoundCost& cost,
+                         const PickOptions& options = {});
 
 // The same from a built tree: path_logprobs = tree.scores without the root's.
 BudgetChoice pick_budget(const CostTable& table, const tree::DDTree& tree, int64_t prefix_len,

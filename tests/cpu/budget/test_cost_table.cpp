@@ -77,7 +77,8 @@ TEST(CostTable, ExactAtGridPoints) {
     SCOPED_TRACE("seed " + std::to_string(seed) + " trial " + std::to_string(trial));
     const CostTable t = random_table(rng);
     for (size_t i = 0; i < t.n.size(); ++i)
-      for (size_t j = 0; j < t.L.size(); ++j) EXPECT_EQ(verify_cost_us(t, t.n[i], t.L[j]), t.us[i][j]);
+      for (size_t j = 0; j < t.L.size(); ++j)
+        EXPECT_EQ(verify_cost_us(t, t.n[i], t.L[j]), t.us[i][j]);
   }
 }
 

@@ -156,11 +156,12 @@ TEST(PickBudget, MatchesBruteForce) {
     const bool affine = trial % 2 == 0;
     const Affine f = random_affine(rng);
     const CostTable t = affine ? make_table(default_n(), default_L(), f) : random_table(rng);
-    const int count = trial % 5 == 0 ? static_cast<int>(rng() % 100) : static_cast<int>(rng() % 1024);
+    const int count = static_cast<int>(rng() % (trial % 5 == 0 ? 100 : 1024));
     const std::vector<double> s = random_scores(rng, count);
     const int64_t L = trial % 3 == 0 ? t.L[rng() % t.L.size()]
                                      : static_cast<int64_t>(1024 + rng() % (262144 - 1024 + 1));
-    RoundCost cost{static_cast<int32_t>(1 + rng() % 80), uniform(rng, 0, 5000), uniform(rng, 0, 50)};
+    const auto layers = static_cast<int32_t>(1 + rng() % 80);
+    RoundCost cost{layers, uniform(rng, 0, 5000), uniform(rng, 0, 50)};
     PickOptions o;
     o.report_all = true;
     o.calibration = trial % 4 == 0 ? 1.0 : uniform(rng, 0.0, 3.0);
@@ -296,8 +297,9 @@ TEST(PickBudget, CostlierVerifyNeverPicksLargerBudget) {
     for (const double s : {1.25, 2.0, 4.0, 10.0, 100.0}) {
       const BudgetChoice c = pick_budget(scaled(m.table, s), m.scores, m.L, m.cost, m.options);
       if (c.best.budget > prev) {  // only a tie within rounding may do that
-        const auto at_prev = std::find_if(c.all.begin(), c.all.end(),
-                                          [prev](const BudgetPoint& p) { return p.budget == prev; });
+        const auto at_prev = std::find_if(c.all.begin(), c.all.end(), [prev](const BudgetPoint& p) {
+          return p.budget == prev;
+        });
         ASSERT_NE(at_prev, c.all.end());
         EXPECT_NEAR(at_prev->tokens_per_s, c.best.tokens_per_s, 1e-12 * c.best.tokens_per_s)
             << "seed " << seed << " trial " << trial << " scale " << s << " B " << c.best.budget
