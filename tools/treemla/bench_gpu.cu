@@ -7,23 +7,19 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <numeric>
 #include <random>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "commands.h"
+#include "bench.h"
 #include "cuda/common/check.h"
 #include "cuda/common/mma.cuh"
 #include "gpu_timing.h"
-#include "options.h"
 #include "treemla/cuda/verify.h"
 
 namespace treemla::tool {
@@ -294,31 +290,25 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
   return r;
 }
 
-std::string git_commit() {
-#ifdef TREEMLA_GIT_COMMIT
-  return TREEMLA_GIT_COMMIT;
-#else
-  return "unknown";
-#endif
+bench::Row to_row(const Result& r) {
+  bench::Row row;
+  row.tile = treemla::cuda::tile_config_name(r.c.tile);
+  row.shape = {r.c.batch, r.c.heads, r.c.q_len, r.c.prefix, r.c.page_size};
+  row.us = r.us_all;
+  row.us_prefix = r.us_prefix;
+  row.us_tail = r.us_tail;
+  row.tflops = r.tflops;
+  row.kv_gbps = r.gbps;
+  row.frac_mma = r.frac_mma;
+  row.frac_hbm = r.frac_hbm;
+  row.paged_read_gbps = r.paged_read_gbps;
+  row.paged_read_1cta_gbps = r.paged_read_1cta_gbps;
+  return row;
 }
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
-  Options opt("bench",
-              "Times verify attention (prefix + tail + merge) on the GPU over a grid of shapes, with\n"
-              "HBM read bandwidth and the bf16 mma.sync peak measured in the same run. Each listed\n"
-              "shape runs with every tile configuration that fits the device.");
-  opt.add("cases", "default",
-          "'default' for the standard grid, or semicolon-separated batch:heads:q_len:prefix:page_size");
-  opt.add("tiles", "all", "tile configurations: all, smem99k, smem-large");
-  opt.add("reps", "20", "timed repetitions per measurement (median reported)");
-  opt.add("json", "", "write results as JSON to this file");
-  opt.add("commit", git_commit(), "commit recorded in the JSON");
-  bool ok = true;
-  if (!opt.parse(argc, argv, 2, ok)) return ok ? 0 : 2;
-  const int reps = static_cast<int>(opt.integer("reps", 3, 1000));
-
+int bench::run(const bench::Options& opt) {
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::cerr << "treemla bench: no CUDA device is visible; the benchmark needs a GPU\n";
@@ -333,8 +323,8 @@ int cmd_bench(int argc, char** argv) {
   cudaDriverGetVersion(&driver);
 
   std::vector<Case> shapes;
-  const std::string cs = opt.str("cases");
-  if (cs == "default") {
+  for (const bench::Shape& s : opt.cases) shapes.push_back({s.batch, s.heads, s.q_len, s.prefix, s.page_size, {}});
+  if (shapes.empty()) {
     shapes = {
         // compute-bound: H x q_len >= 256
         {1, 16, 16, 131072, 64, {}}, {1, 8, 65, 131072, 64, {}},  {1, 8, 65, 185000, 64, {}},
@@ -345,111 +335,46 @@ int cmd_bench(int argc, char** argv) {
         // page_size 1, pages scattered, against the same case at 64 above
         {1, 8, 65, 131072, 1, {}},
     };
-  } else {
-    std::stringstream ss(cs);
-    std::string item;
-    while (std::getline(ss, item, ';')) {
-      Case c{};
-      if (std::sscanf(item.c_str(), "%d:%d:%d:%d:%d", &c.batch, &c.heads, &c.q_len, &c.prefix, &c.page_size) != 5 ||
-          c.batch < 1 || c.heads < 1 || c.heads > 128 || c.q_len < 1 || c.q_len > 1025 || c.prefix < 0 ||
-          c.page_size < 1 || (c.page_size & (c.page_size - 1))) {
-        throw std::invalid_argument("--cases entry '" + item +
-                                    "' must be batch:heads:q_len:prefix:page_size with heads in [1,128], "
-                                    "q_len in [1,1025], prefix >= 0, page_size a power of two");
-      }
-      shapes.push_back(c);
-    }
   }
   std::vector<TileConfig> tiles;
-  const std::string ts = opt.str("tiles");
+  const std::string& ts = opt.tiles;
   int optin = 0;
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   if (ts == "all" || ts == "smem-large") {
     if (optin >= 150000) tiles.push_back(TileConfig::kSmemLarge);
   }
   if (ts == "all" || ts == "smem99k") tiles.push_back(TileConfig::kSmem99K);
-  if (ts != "all" && ts != "smem99k" && ts != "smem-large")
-    throw std::invalid_argument("--tiles = '" + ts + "' must be all, smem99k or smem-large");
-  if (tiles.empty()) throw std::invalid_argument("--tiles = '" + ts + "' does not fit this device");
+  if (tiles.empty()) throw std::invalid_argument("--tiles: '" + ts + "' does not fit this device");
+  std::ofstream json_file;
+  if (!opt.json.empty()) {  // before the run, which takes minutes
+    json_file.open(opt.json);
+    if (!json_file) throw std::invalid_argument("--json: '" + opt.json + "' cannot be opened for writing");
+  }
 
-  const double hbm = measure_hbm_gbps(size_t(4) << 30);
-  const double mma = measure_mma_tflops();
-  char date[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::printf("# treemla bench  gpu: %s (sm_%d%d, %d SMs, %.0f MHz SM, %.0f MHz mem)  cuda runtime %d driver %d\n",
-              prop.name, prop.major, prop.minor, prop.multiProcessorCount, clock_khz / 1e3,
-              mem_clock_khz / 1e3, runtime, driver);
-  std::printf("# date %s  commit %s  reps %d (median)\n", date, opt.str("commit").c_str(), reps);
-  std::printf("# ceilings measured now: HBM read %.0f GB/s, bf16 mma.sync m16n8k16 %.1f TFLOP/s\n", hbm, mma);
-  std::printf("# us = prefix + tail + merge; prefix-only and tail-only are the same kernels on one part\n");
-  std::printf("%-10s %5s %4s %5s %7s %5s | %9s %9s %9s | %8s %6s | %8s %6s\n", "tile", "batch", "H", "q_len",
-              "prefix", "page", "us", "us_pref", "us_tail", "TFLOP/s", "%mma", "KV GB/s", "%hbm");
+  bench::Header header;
+  header.device = {prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount, clock_khz / 1e3,
+                   mem_clock_khz / 1e3, runtime, driver};
+  header.ceilings.hbm_read_gbps = measure_hbm_gbps(size_t(4) << 30);
+  header.ceilings.mma_tflops = measure_mma_tflops();
+  header.date = bench::utc_date();
+  header.commit = opt.commit;
+  header.reps = opt.reps;
+  bench::print_header(std::cout, header);
 
-  std::vector<Result> results;
+  std::vector<bench::Row> rows;
   for (const Case& shape : shapes) {
     for (TileConfig t : tiles) {
       Case c = shape;
       c.tile = t;
-      Result r = run_case(c, prop.l2CacheSize, reps);
-      r.frac_mma = r.tflops / mma;
-      r.frac_hbm = r.gbps / hbm;
-      std::printf("%-10s %5d %4d %5d %7d %5d | %9.1f %9.1f %9.1f | %8.1f %5.1f%% | %8.0f %5.1f%%\n",
-                  treemla::cuda::tile_config_name(t), c.batch, c.heads, c.q_len, c.prefix, c.page_size,
-                  r.us_all, r.us_prefix, r.us_tail, r.tflops, 100 * r.frac_mma, r.gbps, 100 * r.frac_hbm);
-      std::fflush(stdout);
-      results.push_back(r);
+      Result r = run_case(c, prop.l2CacheSize, opt.reps);
+      r.frac_mma = r.tflops / header.ceilings.mma_tflops;
+      r.frac_hbm = r.gbps / header.ceilings.hbm_read_gbps;
+      rows.push_back(to_row(r));
+      bench::print_row(std::cout, rows.back());
     }
   }
-  // The design targets, read off the rows above (no new measurement).
-  std::printf("\n# targets (H200 figures in docs/benchmarks.md)\n");
-  for (const Result& r : results) {
-    const Case& c = r.c;
-    const char* tn = treemla::cuda::tile_config_name(c.tile);
-    if (c.heads * c.q_len >= 256 && c.prefix >= 16384)
-      std::printf("compute-bound  %-10s B=%d H=%d q=%d L=%d: %.1f%% of mma.sync peak (target >= 70%%)\n", tn,
-                  c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_mma);
-    if (c.q_len == 1 && c.heads >= 8 && c.heads <= 16 && c.prefix >= 32768)
-      std::printf("memory-bound   %-10s B=%d H=%d q=1 L=%d: %.1f%% of HBM read (target >= 90%%); the same pages "
-                  "read by a plain copy: %.1f%% of HBM at full occupancy, %.1f%% with one 8-warp CTA per SM\n",
-                  tn, c.batch, c.heads, c.prefix, 100 * r.frac_hbm, 100 * r.paged_read_gbps * r.frac_hbm / r.gbps,
-                  100 * r.paged_read_1cta_gbps * r.frac_hbm / r.gbps);
-    if (c.prefix == 32768 && c.q_len == 65)
-      std::printf("tail + merge   %-10s B=%d H=%d q=65 L=32768: fused tail adds %.1f%% over prefix only; "
-                  "tail alone %.1f%% of the whole (target <= 10%%)\n",
-                  tn, c.batch, c.heads, 100 * std::max(0.0, r.us_all - r.us_prefix) / r.us_all,
-                  100 * r.us_tail / r.us_all);
-    if (c.page_size == 1) {
-      for (const Result& o : results) {
-        if (o.c.page_size == 64 && o.c.batch == c.batch && o.c.heads == c.heads && o.c.q_len == c.q_len &&
-            o.c.prefix == c.prefix && o.c.tile == c.tile)
-          std::printf("page size 1    %-10s B=%d H=%d q=%d L=%d: %.1f%% slower than page size 64 (target <= 10%%)\n",
-                      tn, c.batch, c.heads, c.q_len, c.prefix, 100 * (r.us_all / o.us_all - 1));
-      }
-    }
-  }
-  const std::string json = opt.str("json");
-  if (!json.empty()) {
-    std::ofstream f(json);
-    if (!f) throw std::invalid_argument("--json = '" + json + "' cannot be opened for writing");
-    f << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"sm\": " << prop.major * 10 + prop.minor
-      << ",\n  \"sm_count\": " << prop.multiProcessorCount << ",\n  \"date\": \"" << date
-      << "\",\n  \"commit\": \"" << opt.str("commit") << "\",\n  \"cuda_runtime\": " << runtime
-      << ",\n  \"driver\": " << driver << ",\n  \"hbm_read_gbps\": " << hbm
-      << ",\n  \"mma_sync_bf16_tflops\": " << mma << ",\n  \"results\": [\n";
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      f << "    {\"tile\": \"" << treemla::cuda::tile_config_name(r.c.tile) << "\", \"batch\": " << r.c.batch
-        << ", \"heads\": " << r.c.heads << ", \"q_len\": " << r.c.q_len << ", \"prefix\": " << r.c.prefix
-        << ", \"page_size\": " << r.c.page_size << ", \"us\": " << r.us_all << ", \"us_prefix_only\": "
-        << r.us_prefix << ", \"us_tail_only\": " << r.us_tail << ", \"tflops\": " << r.tflops
-        << ", \"kv_gbps\": " << r.gbps << ", \"frac_mma_peak\": " << r.frac_mma
-        << ", \"frac_hbm\": " << r.frac_hbm << ", \"paged_read_gbps\": " << r.paged_read_gbps
-        << ", \"paged_read_one_cta_per_sm_gbps\": " << r.paged_read_1cta_gbps << "}"
-        << (i + 1 < results.size() ? "," : "") << "\n";
-    }
-    f << "  ]\n}\n";
-  }
+  bench::print_targets(std::cout, rows);
+  if (json_file.is_open()) bench::write_json(json_file, header, rows);
   return 0;
 }
 

@@ -25,7 +25,11 @@ void usage(std::ostream& os) {
 int main(int argc, char** argv) {
   using namespace treemla::tool;
   try {
-    if (argc < 2) return cmd_simulate(argc, argv);
+    if (argc < 2) {
+      char simulate[] = "simulate";
+      char* args[] = {argv[0], simulate, nullptr};
+      return cmd_simulate(2, args);
+    }
     const char* c = argv[1];
     if (!std::strcmp(c, "--help") || !std::strcmp(c, "-h") || !std::strcmp(c, "help")) {
       usage(std::cout);

@@ -167,10 +167,10 @@ inline void check_device(const std::string& device) {
 #ifdef TREEMLA_WITH_CUDA
     return;
 #else
-    throw std::invalid_argument("--device = 'cuda' is not available in this build; use --device cpu");
+    throw std::invalid_argument("--device: 'cuda' is not available in this build; use --device cpu");
 #endif
   }
-  throw std::invalid_argument("--device = '" + device + "' must be cpu or cuda");
+  throw std::invalid_argument("--device: '" + device + "' must be cpu or cuda");
 }
 
 // For cuda: throws std::runtime_error (exit 1 in the tool, unlike a bad option) when no GPU is

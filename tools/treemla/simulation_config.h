@@ -147,45 +147,69 @@ inline int64_t default_num_pages(const SimulationConfig& c) {
              pages_for_rows(int64_t{c.prompt_max} + c.gen_max + tree_nodes(c), c.page_size) + 1;
 }
 
-// Throws std::invalid_argument naming the option ("--name = 'value' must be ...").
+// Bounds of the integer options: validate_config checks them, the tool's --help shows them.
+struct IntRange {
+  int64_t lo, hi;
+};
+namespace limits {
+inline constexpr IntRange kRounds{1, 10000000};
+inline constexpr IntRange kSeed{0, 4294967295LL};
+inline constexpr IntRange kHeads{1, kMaxHeads};
+inline constexpr IntRange kBudget{1, tree::kMaxBudget};
+inline constexpr IntRange kDepth{1, tree::kMaxBudget};
+inline constexpr IntRange kTopK{1, 256};
+inline constexpr IntRange kPageSize{1, 1024};  // and a power of two
+inline constexpr IntRange kNumPages{0, 1 << 24};
+inline constexpr IntRange kMaxRequests{1, 256};
+inline constexpr IntRange kPromptLen{1, 262144};
+inline constexpr IntRange kGenLen{1, 262144};
+inline constexpr IntRange kDefragMaxMoves{0, int64_t{1} << 30};
+inline constexpr IntRange kCheckEvery{0, 10000000};
+inline constexpr IntRange kCheckMaxContext{0, kMaxPrefixLen};
+inline constexpr IntRange kProgressEvery{0, 10000000};
+inline constexpr IntRange kFragReps{1, 1000};
+}  // namespace limits
+
+// Throws std::invalid_argument naming the option ("--name: 'value' must be ...").
 inline void validate_config(const SimulationConfig& c) {
   auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
-    throw std::invalid_argument("--" + name + " = '" + value + "' must be " + want);
+    throw std::invalid_argument("--" + name + ": '" + value + "' must be " + want);
   };
   auto real = [](double x) {
     std::ostringstream os;
     os << x;
     return os.str();
   };
-  auto range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
-    if (v < lo || v > hi) bad(name, std::to_string(v), "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  auto range = [&](const char* name, int64_t v, IntRange r) {
+    if (v < r.lo || v > r.hi)
+      bad(name, std::to_string(v), "an integer in [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]");
   };
   check_device(c.device);
-  range("rounds", c.rounds, 1, 10000000);
-  range("heads", c.heads, 1, kMaxHeads);
-  range("budget", c.budget, 1, tree::kMaxBudget);
-  range("depth", c.depth, 1, tree::kMaxBudget);
-  range("topk", c.top_k, 1, 256);
-  range("page-size", c.page_size, 1, 1024);
+  range("rounds", c.rounds, limits::kRounds);
+  range("heads", c.heads, limits::kHeads);
+  range("budget", c.budget, limits::kBudget);
+  range("depth", c.depth, limits::kDepth);
+  range("topk", c.top_k, limits::kTopK);
+  range("page-size", c.page_size, limits::kPageSize);
   if (c.page_size & (c.page_size - 1)) bad("page-size", std::to_string(c.page_size), "a power of two");
-  range("max-requests", c.max_requests, 1, 256);
-  range("prompt-min", c.prompt_min, 1, 262144);
-  range("prompt-max", c.prompt_max, 1, 262144);
+  range("max-requests", c.max_requests, limits::kMaxRequests);
+  range("prompt-min", c.prompt_min, limits::kPromptLen);
+  range("prompt-max", c.prompt_max, limits::kPromptLen);
   if (c.prompt_max < c.prompt_min)
     bad("prompt-max", std::to_string(c.prompt_max), ">= --prompt-min (" + std::to_string(c.prompt_min) + ")");
-  range("gen-min", c.gen_min, 1, 262144);
-  range("gen-max", c.gen_max, 1, 262144);
+  range("gen-min", c.gen_min, limits::kGenLen);
+  range("gen-max", c.gen_max, limits::kGenLen);
   if (c.gen_max < c.gen_min) bad("gen-max", std::to_string(c.gen_max), ">= --gen-min (" + std::to_string(c.gen_min) + ")");
-  range("defrag-max-moves", c.defrag_max_moves, 0, int64_t{1} << 30);
-  range("check-every", c.check_every, 0, 10000000);
-  range("check-max-context", c.check_max_context, 0, kMaxPrefixLen);
-  range("frag-reps", c.frag_reps, 1, 1000);
+  range("defrag-max-moves", c.defrag_max_moves, limits::kDefragMaxMoves);
+  range("check-every", c.check_every, limits::kCheckEvery);
+  range("check-max-context", c.check_max_context, limits::kCheckMaxContext);
+  range("frag-reps", c.frag_reps, limits::kFragReps);
   if (c.frag_report < -1 || c.frag_report > 1) bad("frag-report", std::to_string(c.frag_report), "auto, on or off");
-  range("progress-every", c.progress_every, 0, 10000000);
+  range("progress-every", c.progress_every, limits::kProgressEvery);
   if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0)) bad("accept-prob", real(c.accept_prob), "a number in [0, 1]");
   if (!(c.defrag_threshold == 0.0 || (c.defrag_threshold >= 1.0 && c.defrag_threshold <= 1e9)))
     bad("defrag-threshold", real(c.defrag_threshold), "0 (off) or a number of runs per request in [1, 1e9]");
-  range("num-pages", c.num_pages, 0, 1 << 24);
+  range("num-pages", c.num_pages, limits::kNumPages);
   if (c.num_pages > 0) {
     // A request must fit alone, or it would wait for admission forever.
     const int64_t need = pages_for_rows(int64_t{c.prompt_max} + tree_nodes(c), c.page_size);

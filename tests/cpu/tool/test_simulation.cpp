@@ -242,7 +242,7 @@ TEST(Simulation, BadConfigRejectedNamingTheOption) {
       run_simulation(c);
       ADD_FAILURE() << "expected " << k.option << " to be rejected";
     } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind(std::string(k.option) + " = ", 0), 0u)
+      EXPECT_EQ(std::string(e.what()).rfind(std::string(k.option) + ": ", 0), 0u)
           << "message: " << e.what();
     }
   }
@@ -303,7 +303,7 @@ TEST(Simulation, GlmFiveLongContextShapesValidate) {
     validate_config(c);
     ADD_FAILURE() << "a 4.5 GiB host cache was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("--num-pages = ", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("--num-pages: ", 0), 0u) << e.what();
   }
 #ifdef TREEMLA_WITH_CUDA
   c.device = "cuda";
