@@ -11,7 +11,9 @@ tests that need the absence of a GPU skip where `treemla info` lists one.
 """
 import json
 import os
+import pty
 import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,32 @@ def run(*args, timeout=300):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_with_tty_stderr(*args, timeout=300):
+    """Runs treemla with stderr on a pseudo-terminal; returns (exit code, stdout, stderr)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TREEMLA, *args], stdout=subprocess.PIPE, stderr=slave,
+                         stdin=subprocess.DEVNULL)
+    os.close(slave)
+    err = b""
+    try:
+        while True:  # read as it comes, so that the terminal's buffer never fills
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                err += chunk
+            elif p.poll() is not None:
+                break
+        out = p.communicate(timeout=timeout)[0]
+    finally:
+        os.close(master)
+    return p.returncode, out.decode(), err.decode()
+
+
 def trace_of(stdout):
     m = re.search(r"^  trace +([0-9a-f]{16}) ", stdout, re.M)
     return m.group(1) if m else None
@@ -74,6 +102,7 @@ class DefaultJob(unittest.TestCase):
     def test_no_arguments_runs_simulate_with_its_summary(self):
         rc, out, err = run()
         self.assertEqual(rc, 0, err)
+        self.assertEqual(err, "")
         self.assertTrue(out.startswith("treemla simulate: seed 1, device cpu, 60 rounds\n"), out)
         lines = out.splitlines()
         self.assertIn("summary", lines)
@@ -92,6 +121,17 @@ class DefaultJob(unittest.TestCase):
         self.assertEqual((rc1, rc2), (0, 0))
         self.assertEqual(trace_of(out1), trace_of(out2))
         self.assertEqual(out1.split("\n", 1)[0], out2.split("\n", 1)[0])
+
+    def test_options_without_a_command_go_to_simulate(self):
+        rc, out, err = run("--rounds", "5")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(out.startswith("treemla simulate: seed 1, device cpu, 5 rounds\n"), out)
+        rc2, out2, _ = run("simulate", "--rounds=5")
+        self.assertEqual(rc2, 0)
+        self.assertEqual(trace_of(out), trace_of(out2))
+        rc, _, err = run("--rounds", "0")
+        self.assertEqual(rc, 2)
+        self.assertIn("treemla simulate: --rounds", err)
 
     def test_help(self):
         rc, out, _ = run("--help")
@@ -198,6 +238,85 @@ class BadOptions(unittest.TestCase):
 
     def test_bad_options_of_the_other_commands(self):
         self.assert_bad(["info", "--bogus"], "--bogus")
+        self.assert_bad(["bench-pool", "--fill", "2"], "--fill", "[0.1, 0.99]")
+        self.assert_bad(["bench-pool", "--page-sizes", "1,3"], "--page-sizes", "'3'", "power of two")
+        self.assert_bad(["bench", "--reps", "1"], "--reps", "[3, 1000]")
+
+    def test_bench_values_are_checked_before_the_gpu(self):
+        for args, needles in (
+                (["--cases", "abc"], ["--cases", "'abc'", "batch:heads:q_len:prefix:page_size"]),
+                (["--cases", "1:200:1:10:64"], ["--cases", "heads '200'", "[1, 128]"]),
+                (["--cases", "1:8:1:10:12"], ["--cases", "page_size '12'", "power of two"]),
+                (["--tiles", "foo"], ["--tiles", "'foo'", "all, smem99k or smem-large"]),
+                (["--cases", "abc", "--tiles", "foo"], ["--cases"])):
+            err = self.assert_bad(["bench", *args], *needles)
+            self.assertNotIn("no CUDA", err)
+
+    def test_too_large_a_default_pool_names_the_options_given(self):
+        err = self.assert_bad(["--prompt-min", "262144", "--prompt-max", "262144", "--max-requests", "256"],
+                              "--max-requests 256", "--prompt-max 262144", "GiB")
+        self.assertNotIn("--num-pages =", err)
+        self.assertNotIn("--num-pages:", err)  # an option the user did not pass is not the culprit
+        m = re.search(r"use --max-requests (\d+) or fewer", err)
+        self.assertIsNotNone(m, err)
+        self.assertEqual(m.group(1), "14")
+
+
+class Summary(unittest.TestCase):
+    def histogram(self, *args):
+        rc, out, err = run(*args)
+        self.assertEqual(rc, 0, err)
+        line = next(l for l in out.splitlines() if l.startswith("  acceptance hist"))
+        items = re.findall(r" (\d+)(?:-(\d+))?:(\d+)", line)
+        self.assertTrue(items, line)
+        self.assertTrue(all(int(count) > 0 for _, _, count in items), line)  # no empty bucket
+        return line, items
+
+    def test_acceptance_histogram_leaves_out_zeros(self):
+        line, items = self.histogram(*QUICK, "--depth", "30", "--budget", "60")
+        self.assertTrue(all(hi == "" for _, hi, _ in items), line)  # few lengths: one bucket each
+
+    def test_acceptance_histogram_of_many_lengths_uses_ranges(self):
+        # A chain drafter that the target nearly always follows: acceptance lengths up to ~100.
+        line, items = self.histogram("--depth", "100", "--budget", "100", "--topk", "1", "--accept-prob",
+                                     "0.97", "--rounds", "10", "--prompt-max", "64", "--max-requests", "8",
+                                     "--gen-max", "2000")
+        self.assertLessEqual(len(items), 16, line)
+        self.assertTrue(any(hi for _, hi, _ in items), line)
+        self.assertLess(len(line), 300, line)
+
+    def test_defrag_off_reads_as_off(self):
+        rc, out, _ = run("--defrag-threshold", "0", *QUICK)
+        self.assertEqual(rc, 0)
+        self.assertIn("defrag off (--defrag-threshold 0)", out)
+        self.assertNotIn("never", out)
+        rc, out, _ = run(*QUICK)
+        self.assertIn("defrag when runs/request > 2 (full)", out)
+
+
+class Progress(unittest.TestCase):
+    # One round of about 2e10 flops: a few seconds on the CPU, long enough for the live line.
+    LONG = ["--rounds", "1", "--heads", "16", "--budget", "256", "--depth", "16", "--topk", "16",
+            "--prompt-min", "1000", "--prompt-max", "1000", "--max-requests", "2"]
+
+    def test_live_line_on_a_terminal(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "run.json")
+            rc, out, err = run_with_tty_stderr(*self.LONG, "--json", path)
+            self.assertEqual(rc, 0, err)
+            with open(path) as f:
+                doc = json.load(f)  # the JSON holds no progress text
+        self.assertEqual(set(doc), SIMULATE_KEYS)
+        self.assertRegex(err, r"\r\[ *\d+%\] round 1/1 \d+% \(verify\) \| .* \| ETA \d+")
+        self.assertTrue(err.endswith("\r\x1b[K"), repr(err[-40:]))  # erased before the summary
+        self.assertNotIn("ETA", out)
+        self.assertIn("summary", out)
+
+    def test_no_live_line_without_a_terminal(self):
+        rc, out, err = run(*self.LONG)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(err, "")
+        self.assertNotIn("ETA", out)
 
 
 class JsonOutput(unittest.TestCase):

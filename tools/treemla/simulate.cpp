@@ -5,7 +5,12 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -95,11 +100,12 @@ void print_header(std::ostream& os, const SimulationConfig& c) {
      << ", top-k " << c.top_k << ", accept-prob " << c.accept_prob << "\n"
      << "  verify: " << c.heads << " heads, q/k " << kHeadDimQK << " v " << kHeadDimV << ", bf16 cache\n"
      << "  pool: " << pages << " pages x " << c.page_size << " rows (" << kvpool::free_policy_name(c.policy)
-     << ", " << mib(pages * c.page_size * kHeadDimQK * 2.0) << " MiB); defrag when runs/request > ";
+     << ", " << mib(pages * c.page_size * kHeadDimQK * 2.0) << " MiB); ";
   if (c.defrag_threshold > 0) {
-    os << c.defrag_threshold << (c.defrag_max_moves > 0 ? " (partial, " + std::to_string(c.defrag_max_moves) + " moves)" : " (full)");
+    os << "defrag when runs/request > " << c.defrag_threshold
+       << (c.defrag_max_moves > 0 ? " (partial, " + std::to_string(c.defrag_max_moves) + " moves)" : " (full)");
   } else {
-    os << "never (off)";
+    os << "defrag off (--defrag-threshold 0)";
   }
   os << "\n";
   if (c.device == "cuda") {
@@ -114,6 +120,85 @@ void print_header(std::ostream& os, const SimulationConfig& c) {
     os << "; fragmentation report " << (c.frag_report != 0 ? "at the end" : "off") << "\n";
   }
 }
+
+// "length:count" for every non-zero count; with more than 16 of them, counts of equal ranges
+// of lengths instead ("lo-hi:count").
+std::string compact_histogram(const std::vector<int64_t>& h) {
+  constexpr size_t kMaxItems = 16;
+  size_t first = h.size(), last = 0, nonzero = 0;
+  for (size_t n = 0; n < h.size(); ++n) {
+    if (h[n] == 0) continue;
+    first = std::min(first, n);
+    last = n;
+    ++nonzero;
+  }
+  if (nonzero == 0) return "none";
+  const size_t width = nonzero <= kMaxItems ? 1 : (last - first + kMaxItems) / kMaxItems;
+  std::string out;
+  for (size_t lo = first; lo <= last; lo += width) {
+    const size_t hi = std::min(last, lo + width - 1);
+    int64_t count = 0;
+    for (size_t n = lo; n <= hi; ++n) count += h[n];
+    if (count == 0) continue;
+    if (!out.empty()) out += ' ';
+    out += hi == lo ? fmt::format("{}:{}", lo, count) : fmt::format("{}-{}:{}", lo, hi, count);
+  }
+  return out;
+}
+
+// A live progress line on stderr, redrawn in place at most five times a second with the rate
+// and the time left; only when stderr is a terminal, and only once the run has taken half a
+// second. Erased before a progress line or the summary is printed.
+class StatusLine {
+ public:
+  explicit StatusLine(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
+  StatusLine(const StatusLine&) = delete;
+  StatusLine& operator=(const StatusLine&) = delete;
+  ~StatusLine() { clear(); }
+
+  void update(const RunProgress& p) {
+    if (!enabled_) return;
+    if (p.line_follows) {
+      clear();
+      return;
+    }
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (elapsed < 0.5 || (drawn_ && std::chrono::duration<double>(now - last_).count() < 0.2)) return;
+    last_ = now;
+    const double done = std::clamp((double(p.round - 1) + p.round_fraction) / double(p.rounds), 0.0, 1.0);
+    std::string line = fmt::format("[{:3.0f}%] round {}/{}", 100 * done, p.round, p.rounds);
+    line += fmt::format(" {:.0f}%", 100 * p.round_fraction);
+    if (*p.activity) line += fmt::format(" ({})", p.activity);
+    if (done > 0) {
+      const double rate = done * double(p.rounds) / elapsed;  // rounds per second
+      line += rate >= 1 ? fmt::format(" | {:.1f} rounds/s", rate) : fmt::format(" | {:.1f} s/round", 1 / rate);
+      line += " | ETA " + duration(elapsed * (1 - done) / done);
+    }
+    fmt::print(stderr, "\r{}\033[K", line);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  void clear() {
+    if (!drawn_) return;
+    fmt::print(stderr, "\r\033[K");
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static std::string duration(double s) {
+    const auto t = static_cast<int64_t>(std::ceil(s));
+    if (t < 60) return fmt::format("{}s", t);
+    if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);
+  }
+
+  bool enabled_ = false, drawn_ = false;
+  Clock::time_point start_, last_;
+};
 
 struct Stats {
   size_t n = 0;
@@ -202,9 +287,8 @@ void print_summary(std::ostream& os, const SimulationConfig& c, const Simulation
              r.admission_deferrals);
   fmt::print(os, "  tokens committed  {} in {} request-rounds: mean acceptance length {:.3f} (incl. the bonus)\n",
              r.tokens_committed, r.request_rounds, r.mean_acceptance());
-  os << "  acceptance hist  ";
-  for (size_t n = 1; n < r.acceptance_histogram.size(); ++n) fmt::print(os, " {}:{}", n, r.acceptance_histogram[n]);
-  os << "\n";
+  fmt::print(os, "  acceptance hist   {} (length:request-rounds, zeros left out)\n",
+             compact_histogram(r.acceptance_histogram));
   const double per_call = r.verify_calls ? r.verify_seconds / r.verify_calls : 0.0;
   fmt::print(os,
              "  verify attention  {:.3f} s on {} in {} calls ({:.2f} ms/call, {:.2f} GFLOP/s); {}: {} checks, "
@@ -389,7 +473,12 @@ int cmd_simulate(int argc, char** argv) {
 
   print_header(std::cout, c);
   std::cout << std::flush;
-  const SimulationReport r = run_simulation(c, &std::cout);
+  StatusLine status(isatty(STDERR_FILENO) != 0);
+  SimulationHooks hooks;
+  hooks.lines = &std::cout;
+  hooks.progress = [&](const RunProgress& p) { status.update(p); };
+  const SimulationReport r = run_simulation(c, hooks);
+  status.clear();
   print_summary(std::cout, c, r);
   if (json_file.is_open()) {
     json_file << to_json(c, r).dump(2) << "\n";

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -44,6 +45,23 @@
 #include "treemla/tree.h"
 
 namespace treemla::tool {
+
+// How far a run has got, for a live progress display (SimulationHooks::progress).
+struct RunProgress {
+  int64_t round = 0, rounds = 0;  // the round under way (1-based) and the rounds of the run
+  double round_fraction = 0;      // of that round's attention work (verify, due cross-checks) done
+  const char* activity = "";      // what the round is doing: "drafting", "verify", "cross-check"
+  bool line_follows = false;      // a progress line is about to be written to SimulationHooks::lines
+};
+
+struct SimulationHooks {
+  std::ostream* lines = nullptr;  // a progress line every config.progress_every rounds; null: none
+  // Called at the start of each round, as its attention work gets done, and before each line.
+  std::function<void(const RunProgress&)> progress;
+  // Builds the backend instead of make_backend(config.device) (tests use it to run the device
+  // hooks of the loop on the host).
+  BackendFactory backend = nullptr;
+};
 
 namespace sim_detail {
 
@@ -96,11 +114,11 @@ struct Work {  // one request's share of a round
 
 class Simulation {
  public:
-  Simulation(const SimulationConfig& c, std::ostream* progress, BackendFactory factory = nullptr)
-      : cfg_(validated(c)), progress_(progress), control_(c.seed), data_(c.seed ^ 0x5bd1e995u),
-        nodes_(tree_nodes(c)), pool_(pool_config(c)) {
+  Simulation(const SimulationConfig& c, const SimulationHooks& hooks)
+      : cfg_(validated(c)), hooks_(hooks), control_(c.seed), data_(c.seed ^ 0x5bd1e995u), nodes_(tree_nodes(c)),
+        pool_(pool_config(c)) {
     const BackendLimits limits{c.max_requests, int64_t{c.max_requests} * nodes_, c.heads};
-    backend_ = factory ? factory(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
+    backend_ = hooks.backend ? hooks.backend(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
     report_.num_pages = pool_.config().num_pages;
     report_.tree_nodes = nodes_;
     report_.acceptance_histogram.assign(static_cast<size_t>(c.depth) + 2, 0);
@@ -137,6 +155,7 @@ class Simulation {
   }
 
   void round(int64_t r) {
+    report_progress(r, "drafting", 0.0);
     admit();
     std::vector<Work> work = grow_trees();
     if (!work.empty()) verify_batch(work, r);
@@ -144,7 +163,30 @@ class Simulation {
     std::erase_if(live_, [](const LiveRequest& q) { return q.gone; });
     maybe_defrag(r);
     if (cfg_.check_every > 0 && r % cfg_.check_every == 0) check_all_rows();
-    if (progress_ && cfg_.progress_every > 0 && r % cfg_.progress_every == 0) print_progress(r);
+    if (hooks_.lines && cfg_.progress_every > 0 && r % cfg_.progress_every == 0) {
+      report_progress(r, "", 1.0, true);
+      print_progress(r);
+    }
+  }
+
+  void report_progress(int64_t r, const char* activity, double round_fraction, bool line_follows = false) {
+    if (!hooks_.progress) return;
+    RunProgress p;
+    p.round = r;
+    p.rounds = cfg_.rounds;
+    p.round_fraction = round_fraction;
+    p.activity = activity;
+    p.line_follows = line_follows;
+    hooks_.progress(p);
+  }
+
+  // While the backend runs `call`, reports its work as the share [first, first + share) of round r.
+  template <class Call>
+  void with_progress(int64_t r, const char* activity, double first, double share, Call&& call) {
+    if (hooks_.progress)
+      backend_->set_work_callback([=, this](double f) { report_progress(r, activity, first + share * f); });
+    call();
+    backend_->set_work_callback(nullptr);
   }
 
   // Admits arrivals while there is a free slot and room for the prompt and its first tree.
@@ -307,8 +349,11 @@ class Simulation {
     const VerifyParams p = params(bt);
     const size_t rows = static_cast<size_t>(bt.layout.total_q) * H;
     std::vector<float> o(rows * kHeadDimV), lse(rows);
+    // The attention work of the round: verify, and on due rounds the cross-check (about as much).
+    const bool check_due = cfg_.check_every > 0 && r % cfg_.check_every == 0;
+    const double verify_share = check_due ? 0.5 : 1.0;
     const auto t0 = std::chrono::steady_clock::now();
-    backend_->verify(p, o.data(), lse.data());
+    with_progress(r, "verify", 0.0, verify_share, [&] { backend_->verify(p, o.data(), lse.data()); });
     report_.verify_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++report_.verify_calls;
     const double gpu_ms = backend_->last_gpu_ms();
@@ -333,11 +378,11 @@ class Simulation {
     }
     report_.verify_flops += flops;
     if (gpu_ms >= 0) report_.gpu.verify_flops += flops;
-    if (cfg_.check_every > 0 && r % cfg_.check_every == 0) {
+    if (check_due) {
       if (cfg_.check_max_context > 0 && longest > cfg_.check_max_context) {
         ++report_.cross_checks_skipped;
       } else {
-        cross_check(p, o, lse);
+        with_progress(r, "cross-check", verify_share, 1.0 - verify_share, [&] { cross_check(p, o, lse); });
       }
     }
   }
@@ -610,11 +655,11 @@ class Simulation {
                   static_cast<long long>(r), static_cast<int>(live_.size()),
                   static_cast<long long>(report_.tokens_committed), report_.mean_acceptance(), m.pages_used,
                   m.pages_free, m.mean_run_length, runs_per_request(m), static_cast<long long>(report_.defrags.size()));
-    *progress_ << line << std::flush;
+    *hooks_.lines << line << std::flush;
   }
 
   SimulationConfig cfg_;
-  std::ostream* progress_;
+  SimulationHooks hooks_;
   Rng control_, data_;
   int32_t nodes_;
   kvpool::KvPool pool_;
@@ -629,12 +674,9 @@ class Simulation {
 }  // namespace sim_detail
 
 // Runs the whole simulation. Throws std::invalid_argument for a bad config (naming the option),
-// treemla::Error if a library call fails. progress: where progress lines go (nullptr: none).
-// backend: builds the backend instead of make_backend(config.device) (tests use it to run the
-// device hooks of the loop on the host).
-inline SimulationReport run_simulation(const SimulationConfig& config, std::ostream* progress = nullptr,
-                                       BackendFactory backend = nullptr) {
-  sim_detail::Simulation sim(config, progress, backend);
+// treemla::Error if a library call fails.
+inline SimulationReport run_simulation(const SimulationConfig& config, const SimulationHooks& hooks = {}) {
+  sim_detail::Simulation sim(config, hooks);
   return sim.run();
 }
 

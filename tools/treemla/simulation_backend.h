@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -114,13 +115,31 @@ class SimBackend {
                                            PrefixTiming& /*out*/) {
     return false;
   }
+
+  // verify() and verify_reference() call `f` with the fraction of their work done as they go
+  // (the CPU backend after each piece of a long call; a backend may never call it). Empty: none.
+  void set_work_callback(std::function<void(double)> f) { work_callback_ = std::move(f); }
+
+ protected:
+  void report_work(double fraction) const {
+    if (work_callback_) work_callback_(fraction);
+  }
+
+ private:
+  std::function<void(double)> work_callback_;
 };
 
 // The reference backend: a host buffer of bf16 latent rows, [num_pages, page_size, row_width].
+// A verify call of more than `piece_flops` runs in pieces of about that much work, one request
+// or a group of its heads at a time, so that the loop can show progress; every (row, head) is
+// computed on its own, so the pieces give the same bits as one call.
 class CpuBackend final : public SimBackend {
  public:
-  explicit CpuBackend(const kvpool::PoolConfig& config)
-      : config_(config), cache_(static_cast<size_t>(config.num_pages) * config.page_size * config.row_width, 0) {}
+  static constexpr double kPieceFlops = 2e9;  // about a quarter of a second on one core
+
+  explicit CpuBackend(const kvpool::PoolConfig& config, double piece_flops = kPieceFlops)
+      : config_(config), piece_flops_(piece_flops),
+        cache_(static_cast<size_t>(config.num_pages) * config.page_size * config.row_width, 0) {}
 
   const char* name() const override { return "cpu"; }
 
@@ -140,23 +159,75 @@ class CpuBackend final : public SimBackend {
   void apply_commit(const kvpool::CommitPlan& plan) override { kvpool::apply_plan(config_, plan, cache_.data()); }
   void apply_defrag(const kvpool::DefragPlan& plan) override { kvpool::apply_plan(config_, plan, cache_.data()); }
 
-  void verify(VerifyParams p, float* o, float* lse) override {
-    p.kv_cache = cache_.data();
-    p.part = VerifyPart::kAll;
-    cpu::verify_split(p, o, lse);
-  }
-  void verify_reference(VerifyParams p, float* o, float* lse) override {
-    p.kv_cache = cache_.data();
-    p.part = VerifyPart::kAll;
-    cpu::verify_full(p, o, lse);
-  }
+  void verify(VerifyParams p, float* o, float* lse) override { in_pieces(cpu::verify_split, p, o, lse); }
+  void verify_reference(VerifyParams p, float* o, float* lse) override { in_pieces(cpu::verify_full, p, o, lse); }
 
  private:
+  using VerifyFn = void (*)(const VerifyParams&, float*, float*);
+
+  // fn on p (all parts), in pieces of about piece_flops_ (see the class comment).
+  void in_pieces(VerifyFn fn, VerifyParams p, float* o, float* lse) {
+    p.kv_cache = cache_.data();
+    p.part = VerifyPart::kAll;
+    const int H = p.num_heads;
+    // Work of one head of request b: every node against the prefix and (at most) the tree.
+    auto head_flops = [&](int b) {
+      const int64_t q_len = p.q_indptr[b + 1] - p.q_indptr[b];
+      return 2.0 * double(q_len) * double(int64_t{p.prefix_lens[b]} + q_len) * (kHeadDimQK + kHeadDimV);
+    };
+    double total = 0;
+    for (int b = 0; b < p.batch; ++b) total += head_flops(b) * H;
+    if (total <= piece_flops_) {
+      fn(p, o, lse);
+      report_work(1.0);
+      return;
+    }
+    double done = 0;
+    std::vector<uint16_t> q;
+    std::vector<float> piece_o, piece_lse;
+    for (int b = 0; b < p.batch; ++b) {
+      const int32_t q0 = p.q_indptr[b], q_len = p.q_indptr[b + 1] - q0;
+      if (q_len == 0) continue;
+      const int32_t indptr[2] = {0, q_len};
+      VerifyParams s = p;
+      s.batch = 1;
+      s.page_table = p.page_table + static_cast<int64_t>(b) * p.page_table_stride;
+      s.prefix_lens = p.prefix_lens + b;
+      s.q_indptr = indptr;
+      s.tree_mask = p.tree_mask + static_cast<int64_t>(q0) * p.mask_words;
+      const int group = static_cast<int>(std::clamp(piece_flops_ / head_flops(b), 1.0, double(H)));
+      for (int h0 = 0; h0 < H; h0 += group) {
+        const int hn = std::min(group, H - h0);
+        s.num_heads = hn;
+        // Rows of q, o and lse are (node, head) pairs: a group of heads is gathered and scattered.
+        const auto* src = static_cast<const uint16_t*>(p.q);  // bf16 or fp16: two bytes
+        q.resize(static_cast<size_t>(q_len) * hn * kHeadDimQK);
+        piece_o.resize(static_cast<size_t>(q_len) * hn * kHeadDimV);
+        piece_lse.resize(static_cast<size_t>(q_len) * hn);
+        for (int32_t i = 0; i < q_len; ++i) {
+          const uint16_t* row = src + (static_cast<int64_t>(q0 + i) * H + h0) * kHeadDimQK;
+          std::copy(row, row + static_cast<int64_t>(hn) * kHeadDimQK, q.data() + static_cast<size_t>(i) * hn * kHeadDimQK);
+        }
+        s.q = q.data();
+        fn(s, piece_o.data(), piece_lse.data());
+        for (int32_t i = 0; i < q_len; ++i) {
+          const int64_t row = static_cast<int64_t>(q0 + i) * H + h0;
+          std::copy_n(piece_o.data() + static_cast<size_t>(i) * hn * kHeadDimV, static_cast<int64_t>(hn) * kHeadDimV,
+                      o + row * kHeadDimV);
+          std::copy_n(piece_lse.data() + static_cast<size_t>(i) * hn, hn, lse + row);
+        }
+        done += head_flops(b) * hn;
+        report_work(done / total);
+      }
+    }
+  }
+
   uint16_t* row_ptr(kvpool::RowSlot s) {
     return cache_.data() + (static_cast<size_t>(s.page) * config_.page_size + s.slot) * config_.row_width;
   }
 
   kvpool::PoolConfig config_;
+  double piece_flops_;
   std::vector<uint16_t> cache_;
 };
 

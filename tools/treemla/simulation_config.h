@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -221,11 +222,26 @@ inline void validate_config(const SimulationConfig& c) {
   // A host cache is capped at 4 GiB; a device cache at 64 GiB (the loop's host memory stays
   // proportional to the live requests, and 128k-token requests at page size 1 need ~150 MiB each).
   const int gib = c.device == "cuda" ? 64 : 4;
-  const int64_t pages = c.num_pages > 0 ? c.num_pages : default_num_pages(c);
-  const int64_t bytes = pages * c.page_size * int64_t{kHeadDimQK} * 2;
-  if (bytes > (int64_t{gib} << 30))
-    bad("num-pages", std::to_string(pages),
-        "small enough for a cache of at most " + std::to_string(gib) + " GiB (--num-pages x --page-size x 1152 B)");
+  const int64_t page_bytes = int64_t{c.page_size} * kHeadDimQK * 2;
+  const int64_t max_pages = (int64_t{gib} << 30) / page_bytes;
+  const std::string cap = std::to_string(gib) + " GiB a " + c.device + " cache may take";
+  if (c.num_pages > max_pages)
+    bad("num-pages", std::to_string(c.num_pages),
+        "at most " + std::to_string(max_pages) + " at --page-size " + std::to_string(c.page_size) + ", the " + cap +
+            " (--num-pages x --page-size x 1152 B)");
+  if (c.num_pages == 0 && default_num_pages(c) > max_pages) {
+    // The default pool holds every live request at its largest: name the options that size it.
+    const int64_t per_request = pages_for_rows(int64_t{c.prompt_max} + c.gen_max + tree_nodes(c), c.page_size);
+    std::ostringstream os;
+    os << "--max-requests " << c.max_requests << " with --prompt-max " << c.prompt_max << " and --gen-max "
+       << c.gen_max << " needs a pool of " << std::fixed << std::setprecision(1)
+       << double(default_num_pages(c)) * double(page_bytes) / double(1 << 30)
+       << " GiB (the default pool holds every live request at its largest), over the " << cap << ": use --max-requests "
+       << (max_pages - 1) / per_request
+       << " or fewer, a smaller --prompt-max or --gen-max, or a smaller pool with --num-pages (requests then wait "
+          "for free pages)";
+    throw std::invalid_argument(os.str());
+  }
 }
 
 }  // namespace treemla::tool
