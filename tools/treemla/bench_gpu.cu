@@ -3,7 +3,6 @@
 // mma.sync m16n8k16 peak (a register-only microbenchmark; the only tensor instruction sm_120
 // has). Inputs are random, pages are scattered, and several copies of each workload are
 // rotated so that the L2 cache does not serve repeated runs.
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,7 +17,7 @@
 
 #include "bench.h"
 #include "cuda/common/check.h"
-#include "cuda/common/mma.cuh"
+#include "cuda/tool_kernels.h"
 #include "gpu_timing.h"
 #include "treemla/cuda/verify.h"
 
@@ -28,71 +27,7 @@ namespace {
 
 using treemla::cuda::TileConfig;
 
-// ---- ceilings ----------------------------------------------------------------------------
-
-__global__ void hbm_read_kernel(const uint4* __restrict__ src, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = i + k * stride < n ? __ldcs(src + i + k * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-  }
-  if (acc == 0x12345679u) sink[0] = acc;  // keeps the loads alive
-}
-
-__global__ void mma_peak_kernel(int iters, float* sink) {
-  constexpr int kAcc = 8;
-  float acc[kAcc][4];
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  const uint32_t x = threadIdx.x * 2654435761u;
-  uint32_t a[4] = {x & 0x3f803f80u, (x >> 1) & 0x3f803f80u, (x >> 2) & 0x3f803f80u, (x >> 3) & 0x3f803f80u};
-  const uint32_t b0 = (x >> 4) & 0x3f803f80u, b1 = (x >> 5) & 0x3f803f80u;
-  for (int it = 0; it < iters; ++it) {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) treemla::cuda::mma_16816<__nv_bfloat16>(acc[i], a, b0, b1);
-  }
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) s += acc[i][0] + acc[i][1] + acc[i][2] + acc[i][3];
-  if (s == 1.2345f) sink[0] = s;
-}
-
-// The decode access pattern without the attention: every prefix row of a workload read once
-// through its page table, each request's rows cut into near-equal splits (one per CTA), 32-row
-// blocks, 8 threads per row and nine 16-byte loads each, kUnroll blocks in flight per thread.
-// Run with many CTAs per SM it measures what the pages allow (the decode ceiling); with the
-// verify kernel's grid (one 8-warp CTA per SM) what that occupancy allows with plain loads.
-template <int kUnroll>
-__global__ void paged_read_kernel(const uint4* __restrict__ kv, const int32_t* __restrict__ page_table,
-                                  int stride, int batch, int rows, int page_size, int splits, uint32_t* sink) {
-  constexpr int kRowVecs = treemla::kHeadDimQK * 2 / 16;  // 72 x 16 B per row
-  const int sub = threadIdx.x & 7, r = threadIdx.x >> 3;
-  const int blocks = (rows + 31) / 32;
-  uint32_t acc = 0;
-  for (int item = blockIdx.x; item < batch * splits; item += gridDim.x) {
-    const int b = item / splits, s = item % splits;
-    const int b0 = static_cast<int>(static_cast<int64_t>(s) * blocks / splits);
-    const int b1 = static_cast<int>(static_cast<int64_t>(s + 1) * blocks / splits);
-#pragma unroll kUnroll
-    for (int blk = b0; blk < b1; ++blk) {
-      const int t = blk * 32 + r;
-      if (t < rows) {
-        const int page = __ldg(page_table + static_cast<int64_t>(b) * stride + t / page_size);
-        const uint4* src = kv + (static_cast<int64_t>(page) * page_size + t % page_size) * kRowVecs + sub;
-        uint4 v[9];
-#pragma unroll
-        for (int i = 0; i < 9; ++i) v[i] = __ldcs(src + 8 * i);
-#pragma unroll
-        for (int i = 0; i < 9; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-      }
-    }
-  }
-  if (acc == 0x12345679u) sink[0] = acc;  // keeps the loads alive
-}
+// ---- ceilings (their kernels are cuda/bench_kernels.cu) --------------------------------------
 
 double measure_hbm_gbps(size_t bytes) {
   void* buf = nullptr;
@@ -104,7 +39,7 @@ double measure_hbm_gbps(size_t bytes) {
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t n = bytes / 16;
   const double ms = median_ms(0, [&](int) {
-    hbm_read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf), n, sink);
+    kernels::launch_hbm_read(sms * 8, 512, buf, n, sink, 0);
   }, 3, 15);
   TREEMLA_CHECK_LAUNCH("hbm_read_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(buf));
@@ -118,7 +53,7 @@ double measure_mma_tflops() {
   int sms = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int blocks = sms * 4, threads = 256, iters = 4096;
-  const double ms = median_ms(0, [&](int) { mma_peak_kernel<<<blocks, threads>>>(iters, sink); }, 3, 15);
+  const double ms = median_ms(0, [&](int) { kernels::launch_mma_peak(blocks, threads, iters, sink, 0); }, 3, 15);
   TREEMLA_CHECK_LAUNCH("mma_peak_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(sink));
   const double flops = double(blocks) * (threads / 32) * iters * 8 * (2.0 * 16 * 8 * 16);
@@ -126,15 +61,6 @@ double measure_mma_tflops() {
 }
 
 // ---- workloads ---------------------------------------------------------------------------
-
-__global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffffff) / 16777216.f * 2.f - 1.f) * scale);
-  }
-}
 
 struct Case {
   int batch, heads, q_len, prefix, page_size;
@@ -192,8 +118,8 @@ Workload make_workload(const Case& c, uint32_t seed) {
   TREEMLA_CUDA_CHECK(cudaMalloc(&w.prefix, c.batch * 4));
   TREEMLA_CUDA_CHECK(cudaMalloc(&w.indptr, (c.batch + 1) * 4));
   TREEMLA_CUDA_CHECK(cudaMalloc(&w.mask, mask.size() * 8));
-  fill_random_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(w.q), q_elems, seed * 7 + 1, 1.0f);
-  fill_random_bf16<<<4096, 256>>>(static_cast<__nv_bfloat16*>(w.kv), w.kv_bytes / 2, seed * 7 + 2, 1.0f);
+  kernels::launch_fill_random_bf16(1024, 256, w.q, q_elems, seed * 7 + 1, 1.0f, 0);
+  kernels::launch_fill_random_bf16(4096, 256, w.kv, w.kv_bytes / 2, seed * 7 + 2, 1.0f, 0);
   TREEMLA_CHECK_LAUNCH("fill_random_bf16");
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.pt, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.prefix, prefix.data(), c.batch * 4, cudaMemcpyHostToDevice));
@@ -264,11 +190,11 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
       // Splits as the schedule makes them for q_len = 1 (one row tile per request), for `ctas`.
       const int splits = std::max(1, std::min(ctas / c.batch, pblocks / 8));
       // One CTA per SM needs blocks in flight per thread; many CTAs need few registers.
-      const auto kernel = one_per_sm ? paged_read_kernel<4> : paged_read_kernel<1>;
+      const int unroll = one_per_sm ? 4 : 1;
       const double ms = median_ms(0, [&](int i) {
         const Workload& w = ws[i % copies];
-        kernel<<<ctas, 256>>>(static_cast<const uint4*>(w.kv), w.pt, w.p.page_table_stride, c.batch, c.prefix,
-                              c.page_size, splits, sink);
+        kernels::launch_paged_read(unroll, ctas, 256, w.kv, w.pt, w.p.page_table_stride, c.batch, c.prefix,
+                                   c.page_size, splits, sink, 0);
       }, 3, reps);
       TREEMLA_CHECK_LAUNCH("paged_read_kernel");
       return double(c.batch) * c.prefix * treemla::kHeadDimQK * 2 / (ms * 1e-3) / 1e9;

@@ -1,6 +1,6 @@
-// treemla simulate: the serving loop of simulation.h behind command-line options, with a header
-// line, progress lines and a summary (and with --device cuda GPU times and the fragmentation
-// report; --json writes the numbers). `treemla` with no arguments runs this with the defaults.
+// treemla simulate: the serving loop of treemla_sim (sim/simulation.h) behind command-line
+// options, with a header, progress lines and a summary (and with --device cuda GPU times and the
+// fragmentation report; --json writes the numbers). `treemla` with no command runs this.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -19,10 +19,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "simulation.h"
-#ifdef TREEMLA_WITH_CUDA
-#include "simulation_cuda.h"
-#endif
+#include "sim/simulation.h"
 
 namespace treemla::tool {
 
@@ -467,10 +464,6 @@ int cmd_simulate(int argc, char** argv) {
     json_file.open(args.json);
     if (!json_file) return cli::usage_error(app, "--json: '" + args.json + "' cannot be opened for writing");
   }
-#ifdef TREEMLA_WITH_CUDA
-  install_cuda_backend();
-#endif
-
   print_header(std::cout, c);
   std::cout << std::flush;
   StatusLine status(isatty(STDERR_FILENO) != 0);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../../tools/treemla/simulation.h"
+#include "sim/simulation.h"
 #include "tool_test_util.h"
 
 namespace treemla::tool {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../../../tools/treemla/simulation.h"
+#include "sim/simulation.h"
 #include "tool_test_util.h"
 
 #ifdef TREEMLA_WITH_CUDA
@@ -240,23 +240,29 @@ TEST(Simulation, BadConfigRejectedNamingTheOption) {
 }
 
 #ifdef TREEMLA_WITH_CUDA
-// A CUDA build takes --device cuda as an option; making the backend needs a GPU (and the tool,
-// which installs the CUDA backend: this test links only the library). Neither is a bad option,
-// so the error is a runtime_error (exit 1 in the tool), not invalid_argument (exit 2).
+// A CUDA build takes --device cuda as an option; the backend needs a GPU. No GPU is not a bad
+// option, so the error is a runtime_error (exit 1 in the tool), not invalid_argument (exit 2).
+// With a GPU, the CUDA backend (part of treemla_sim) runs the loop and its checks pass.
 TEST(Simulation, CudaDeviceNeedsAGpu) {
   SimulationConfig c = small_config();
   c.device = "cuda";
   EXPECT_NO_THROW(validate_config(c));
   int n = 0;
-  const bool have_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  const std::string want = have_gpu ? "does not include the CUDA simulation backend" : "no CUDA device";
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
+    EXPECT_STREQ(make_backend("cuda", kvpool::PoolConfig{64, 16, kHeadDimQK, 2})->name(), "cuda");
+    const SimulationReport r = run_simulation(c);
+    expect_consistent(c, r);
+    EXPECT_TRUE(r.device_commit);
+    EXPECT_EQ(r.gpu.verify_ms.size(), static_cast<size_t>(c.rounds));
+    return;
+  }
   try {
     make_backend("cuda", kvpool::PoolConfig{64, 16, kHeadDimQK, 2});
-    ADD_FAILURE() << "make_backend(cuda) succeeded in a program without the CUDA backend";
+    ADD_FAILURE() << "make_backend(cuda) succeeded without a GPU";
   } catch (const std::invalid_argument& e) {
     ADD_FAILURE() << "a missing GPU is not a bad option: " << e.what();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
   EXPECT_THROW(run_simulation(c), std::runtime_error);
 }

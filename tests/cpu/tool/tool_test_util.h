@@ -1,7 +1,7 @@
 // treemla tests of the tool's serving loop: a small configuration they share.
 #pragma once
 
-#include "../../../tools/treemla/simulation.h"
+#include "sim/simulation.h"
 
 namespace treemla::tool {
 

@@ -1,26 +1,17 @@
-// treemla simulate: a serving loop over a churning KV pool, on synthetic data.
+// treemla_sim: the serving loop over a churning KV pool, on synthetic data (simulation.h says
+// what a round does).
 //
-// Every round, for every live request: build a DDTree from a synthetic drafter, append the tree's
-// latent rows after the request's prefix, run verify attention for the whole batch, accept a path
-// against a synthetic target, commit the accepted rows (KvPool plan applied to the cache) and
-// check them. Requests arrive with random prompts and leave after a random number of tokens, so
-// the pool fragments; when the fragmentation passes a threshold the pool is defragmented and every
-// live request's bytes are checked to read back unchanged.
-//
-// Header-only so that the tool and its tests (which link only the library) share one copy.
 // Two random streams, both seeded from the seed: `control` decides arrivals, lengths, drafts and
 // target choices; `data` fills latent rows and queries. So the serving trajectory (acceptance,
 // churn, defrags) does not change with --heads or the backend. Integers and uniforms are drawn
 // from raw mt19937 outputs, not the standard distributions, so a seed means the same run on every
 // standard library.
 //
-// With --device cuda the bytes live on the GPU (simulation_cuda.h) and each round also accepts
+// With --device cuda the bytes live on the GPU (cuda_backend.cpp) and each round also accepts
 // and commits on the device (SimBackend::device_commit), checked against the host's
 // tree::accept_path; at the end a fragmentation report times the prefix pass on the churned
 // pool, after a full defrag and in a fresh contiguous cache. The trajectory (acceptance, churn,
 // defrags) is the CPU one for the same seed; attention outputs, and so the trace, differ.
-#pragma once
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "simulation_backend.h"
-#include "simulation_config.h"
+#include "sim/backend.h"
+#include "sim/simulation.h"
 #include "treemla/attention.h"
 #include "treemla/dtype.h"
 #include "treemla/error.h"
@@ -46,24 +37,7 @@
 
 namespace treemla::tool {
 
-// How far a run has got, for a live progress display (SimulationHooks::progress).
-struct RunProgress {
-  int64_t round = 0, rounds = 0;  // the round under way (1-based) and the rounds of the run
-  double round_fraction = 0;      // of that round's attention work (verify, due cross-checks) done
-  const char* activity = "";      // what the round is doing: "drafting", "verify", "cross-check"
-  bool line_follows = false;      // a progress line is about to be written to SimulationHooks::lines
-};
-
-struct SimulationHooks {
-  std::ostream* lines = nullptr;  // a progress line every config.progress_every rounds; null: none
-  // Called at the start of each round, as its attention work gets done, and before each line.
-  std::function<void(const RunProgress&)> progress;
-  // Builds the backend instead of make_backend(config.device) (tests use it to run the device
-  // hooks of the loop on the host).
-  BackendFactory backend = nullptr;
-};
-
-namespace sim_detail {
+namespace {
 
 class Rng {
  public:
@@ -80,7 +54,7 @@ class Rng {
   std::mt19937 eng_;
 };
 
-inline uint64_t mix(uint64_t h, uint64_t v) {
+uint64_t mix(uint64_t h, uint64_t v) {
   v *= 0x9e3779b97f4a7c15ull;
   v ^= v >> 32;
   return (h ^ v) * 0x100000001b3ull + 0x632be59bd9b4e019ull;
@@ -671,12 +645,10 @@ class Simulation {
   SimulationReport report_;
 };
 
-}  // namespace sim_detail
+}  // namespace
 
-// Runs the whole simulation. Throws std::invalid_argument for a bad config (naming the option),
-// treemla::Error if a library call fails.
-inline SimulationReport run_simulation(const SimulationConfig& config, const SimulationHooks& hooks = {}) {
-  sim_detail::Simulation sim(config, hooks);
+SimulationReport run_simulation(const SimulationConfig& config, const SimulationHooks& hooks) {
+  Simulation sim(config, hooks);
   return sim.run();
 }
 
