@@ -6,7 +6,6 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
-#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
@@ -87,7 +86,10 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, double& value, d
 
 CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_t>& values, CLI::Validator check,
                       const std::string& help) {
-  return app.add_option(name, values, help + " (comma-separated)")->delimiter(',')->check(std::move(check))->capture_default_str();
+  return app.add_option(name, values, help + " (comma-separated)")
+      ->delimiter(',')
+      ->check(std::move(check))
+      ->capture_default_str();
 }
 
 CLI::Option* add_choice(CLI::App& app, const std::string& name, std::string& value,
