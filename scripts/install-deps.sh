@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what treemla's build and tests need on a Debian/Ubuntu machine, skipping what is
-# already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with pip.
+# already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with pip, and the
+# tool's libraries: CLI11 (options), nlohmann/json (JSON output), fmt (formatting).
 # The CUDA toolkit (nvcc, CUDA 12.8+ for sm_120) is not installed here: it is found at
 # /usr/local/cuda or on PATH; without it the build is CPU-only, unless TREEMLA_REQUIRE_CUDA=1,
 # which makes a missing nvcc an error (CI sets it: every kernel must compile).
@@ -12,6 +13,9 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v python3 >/dev/null || need+=(python3 python3-pip)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+[ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+[ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   SUDO=""

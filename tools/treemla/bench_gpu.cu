@@ -3,27 +3,22 @@
 // mma.sync m16n8k16 peak (a register-only microbenchmark; the only tensor instruction sm_120
 // has). Inputs are random, pages are scattered, and several copies of each workload are
 // rotated so that the L2 cache does not serve repeated runs.
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <numeric>
 #include <random>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "commands.h"
+#include "bench.h"
 #include "cuda/common/check.h"
-#include "cuda/common/mma.cuh"
+#include "cuda/tool_kernels.h"
 #include "gpu_timing.h"
-#include "options.h"
 #include "treemla/cuda/verify.h"
 
 namespace treemla::tool {
@@ -33,71 +28,7 @@ namespace {
 using treemla::cuda::KernelFamily;
 using treemla::cuda::TileConfig;
 
-// ---- ceilings ----------------------------------------------------------------------------
-
-__global__ void hbm_read_kernel(const uint4* __restrict__ src, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = i + k * stride < n ? __ldcs(src + i + k * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-  }
-  if (acc == 0x12345679u) sink[0] = acc;  // keeps the loads alive
-}
-
-__global__ void mma_peak_kernel(int iters, float* sink) {
-  constexpr int kAcc = 8;
-  float acc[kAcc][4];
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  const uint32_t x = threadIdx.x * 2654435761u;
-  uint32_t a[4] = {x & 0x3f803f80u, (x >> 1) & 0x3f803f80u, (x >> 2) & 0x3f803f80u, (x >> 3) & 0x3f803f80u};
-  const uint32_t b0 = (x >> 4) & 0x3f803f80u, b1 = (x >> 5) & 0x3f803f80u;
-  for (int it = 0; it < iters; ++it) {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) treemla::cuda::mma_16816<__nv_bfloat16>(acc[i], a, b0, b1);
-  }
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) s += acc[i][0] + acc[i][1] + acc[i][2] + acc[i][3];
-  if (s == 1.2345f) sink[0] = s;
-}
-
-// The decode access pattern without the attention: every prefix row of a workload read once
-// through its page table, each request's rows cut into near-equal splits (one per CTA), 32-row
-// blocks, 8 threads per row and nine 16-byte loads each, kUnroll blocks in flight per thread.
-// Run with many CTAs per SM it measures what the pages allow (the decode ceiling); with the
-// verify kernel's grid (one 8-warp CTA per SM) what that occupancy allows with plain loads.
-template <int kUnroll>
-__global__ void paged_read_kernel(const uint4* __restrict__ kv, const int32_t* __restrict__ page_table,
-                                  int stride, int batch, int rows, int page_size, int splits, uint32_t* sink) {
-  constexpr int kRowVecs = treemla::kHeadDimQK * 2 / 16;  // 72 x 16 B per row
-  const int sub = threadIdx.x & 7, r = threadIdx.x >> 3;
-  const int blocks = (rows + 31) / 32;
-  uint32_t acc = 0;
-  for (int item = blockIdx.x; item < batch * splits; item += gridDim.x) {
-    const int b = item / splits, s = item % splits;
-    const int b0 = static_cast<int>(static_cast<int64_t>(s) * blocks / splits);
-    const int b1 = static_cast<int>(static_cast<int64_t>(s + 1) * blocks / splits);
-#pragma unroll kUnroll
-    for (int blk = b0; blk < b1; ++blk) {
-      const int t = blk * 32 + r;
-      if (t < rows) {
-        const int page = __ldg(page_table + static_cast<int64_t>(b) * stride + t / page_size);
-        const uint4* src = kv + (static_cast<int64_t>(page) * page_size + t % page_size) * kRowVecs + sub;
-        uint4 v[9];
-#pragma unroll
-        for (int i = 0; i < 9; ++i) v[i] = __ldcs(src + 8 * i);
-#pragma unroll
-        for (int i = 0; i < 9; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-      }
-    }
-  }
-  if (acc == 0x12345679u) sink[0] = acc;  // keeps the loads alive
-}
+// ---- ceilings (their kernels are cuda/bench_kernels.cu) --------------------------------------
 
 double measure_hbm_gbps(size_t bytes) {
   void* buf = nullptr;
@@ -109,7 +40,7 @@ double measure_hbm_gbps(size_t bytes) {
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t n = bytes / 16;
   const double ms = median_ms(0, [&](int) {
-    hbm_read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf), n, sink);
+    kernels::launch_hbm_read(sms * 8, 512, buf, n, sink, 0);
   }, 3, 15);
   TREEMLA_CHECK_LAUNCH("hbm_read_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(buf));
@@ -123,7 +54,7 @@ double measure_mma_tflops() {
   int sms = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int blocks = sms * 4, threads = 256, iters = 4096;
-  const double ms = median_ms(0, [&](int) { mma_peak_kernel<<<blocks, threads>>>(iters, sink); }, 3, 15);
+  const double ms = median_ms(0, [&](int) { kernels::launch_mma_peak(blocks, threads, iters, sink, 0); }, 3, 15);
   TREEMLA_CHECK_LAUNCH("mma_peak_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(sink));
   const double flops = double(blocks) * (threads / 32) * iters * 8 * (2.0 * 16 * 8 * 16);
@@ -131,15 +62,6 @@ double measure_mma_tflops() {
 }
 
 // ---- workloads ---------------------------------------------------------------------------
-
-__global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffffff) / 16777216.f * 2.f - 1.f) * scale);
-  }
-}
 
 struct Case {
   int batch, heads, q_len, prefix, page_size;
@@ -198,8 +120,8 @@ Workload make_workload(const Case& c, uint32_t seed) {
   TREEMLA_CUDA_CHECK(cudaMalloc(&w.prefix, c.batch * 4));
   TREEMLA_CUDA_CHECK(cudaMalloc(&w.indptr, (c.batch + 1) * 4));
   TREEMLA_CUDA_CHECK(cudaMalloc(&w.mask, mask.size() * 8));
-  fill_random_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(w.q), q_elems, seed * 7 + 1, 1.0f);
-  fill_random_bf16<<<4096, 256>>>(static_cast<__nv_bfloat16*>(w.kv), w.kv_bytes / 2, seed * 7 + 2, 1.0f);
+  kernels::launch_fill_random_bf16(1024, 256, w.q, q_elems, seed * 7 + 1, 1.0f, 0);
+  kernels::launch_fill_random_bf16(4096, 256, w.kv, w.kv_bytes / 2, seed * 7 + 2, 1.0f, 0);
   TREEMLA_CHECK_LAUNCH("fill_random_bf16");
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.pt, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.prefix, prefix.data(), c.batch * 4, cudaMemcpyHostToDevice));
@@ -238,43 +160,53 @@ struct Result {
   double paged_read_1cta_gbps = 0;  // ... and by one 8-warp CTA per SM, as the verify grid
 };
 
-Result run_case(const Case& c, size_t l2_bytes, int reps) {
-  // Enough copies that one rotation touches more than 3x the L2.
+// Median microseconds of one call of `part`, timed as an engine runs it per layer: the schedule
+// once (it depends only on the lengths, which every copy shares), then back-to-back calls over
+// the rotating copies captured in one CUDA graph, replayed `reps` times.
+double time_calls(std::vector<Workload>& ws, const treemla::cuda::VerifyPlan& plan, void* wsp,
+                  treemla::VerifyPart part, int reps, cudaStream_t stream) {
+  for (auto& w : ws) w.p.part = part;
+  treemla::cuda::verify_schedule(ws[0].p, plan, wsp, stream);
+  const int copies = static_cast<int>(ws.size());
+  const int calls = std::max(copies, 4);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  TREEMLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) {
+    Workload& w = ws[i % copies];
+    treemla::cuda::verify_run(w.p, plan, wsp, w.o, w.lse, stream);
+  }
+  TREEMLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  TREEMLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = median_ms(stream, [&](int) { TREEMLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, reps);
+  TREEMLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  TREEMLA_CUDA_CHECK(cudaGraphDestroy(graph));
+  treemla::cuda::check_status(plan, wsp, stream);
+  return ms * 1e3 / calls;
+}
+
+// Copies of a case's inputs: enough that one rotation touches more than 3x the L2.
+std::vector<Workload> make_copies(const Case& c, size_t l2_bytes) {
   Workload first = make_workload(c, 1);
   const int copies = static_cast<int>(std::min<size_t>(8, std::max<size_t>(1, 3 * l2_bytes / first.kv_bytes + 1)));
   std::vector<Workload> ws{first};
   for (int i = 1; i < copies; ++i) ws.push_back(make_workload(c, 1 + i));
+  return ws;
+}
+
+Result run_case(const Case& c, size_t l2_bytes, int reps) {
+  std::vector<Workload> ws = make_copies(c, l2_bytes);
+  const int copies = static_cast<int>(ws.size());
   treemla::cuda::VerifyLimits lim{c.batch, int64_t(c.batch) * c.q_len, c.heads};
   const auto plan = treemla::cuda::make_verify_plan(lim, -1, c.tile, c.family);
   void* wsp = nullptr;
   TREEMLA_CUDA_CHECK(cudaMalloc(&wsp, plan.workspace_bytes));
   treemla::cuda::init_workspace(plan, wsp, 0);
-  Result r;
-  r.c = c;
   cudaStream_t stream;
   TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  auto time_part = [&](treemla::VerifyPart part) {
-    for (auto& w : ws) w.p.part = part;
-    // The schedule depends only on the lengths, which every copy shares: plan once, run many,
-    // as an engine does per layer. The calls are captured back to back in one CUDA graph (one
-    // per copy, rotating) and the graph is replayed: the median replay over the calls in it.
-    treemla::cuda::verify_schedule(ws[0].p, plan, wsp, stream);
-    const int calls = std::max(copies, 4);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    TREEMLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < calls; ++i) {
-      Workload& w = ws[i % copies];
-      treemla::cuda::verify_run(w.p, plan, wsp, w.o, w.lse, stream);
-    }
-    TREEMLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    TREEMLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = median_ms(stream, [&](int) { TREEMLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, reps);
-    TREEMLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    TREEMLA_CUDA_CHECK(cudaGraphDestroy(graph));
-    treemla::cuda::check_status(plan, wsp, stream);
-    return ms * 1e3 / calls;
-  };
+  Result r;
+  r.c = c;
+  auto time_part = [&](treemla::VerifyPart part) { return time_calls(ws, plan, wsp, part, reps, stream); };
   if (c.q_len == 1 && c.prefix > 0) {
     const int sms = plan.num_ctas;
     const int pblocks = (c.prefix + 31) / 32;
@@ -284,11 +216,11 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
       // Splits as the schedule makes them for q_len = 1 (one row tile per request), for `ctas`.
       const int splits = std::max(1, std::min(ctas / c.batch, pblocks / 8));
       // One CTA per SM needs blocks in flight per thread; many CTAs need few registers.
-      const auto kernel = one_per_sm ? paged_read_kernel<4> : paged_read_kernel<1>;
+      const int unroll = one_per_sm ? 4 : 1;
       const double ms = median_ms(0, [&](int i) {
         const Workload& w = ws[i % copies];
-        kernel<<<ctas, 256>>>(static_cast<const uint4*>(w.kv), w.pt, w.p.page_table_stride, c.batch, c.prefix,
-                              c.page_size, splits, sink);
+        kernels::launch_paged_read(unroll, ctas, 256, w.kv, w.pt, w.p.page_table_stride, c.batch, c.prefix,
+                                   c.page_size, splits, sink, 0);
       }, 3, reps);
       TREEMLA_CHECK_LAUNCH("paged_read_kernel");
       return double(c.batch) * c.prefix * treemla::kHeadDimQK * 2 / (ms * 1e-3) / 1e9;
@@ -311,32 +243,60 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
   return r;
 }
 
-std::string git_commit() {
-#ifdef TREEMLA_GIT_COMMIT
-  return TREEMLA_GIT_COMMIT;
-#else
-  return "unknown";
-#endif
+bench::Row to_row(const Result& r) {
+  bench::Row row;
+  row.family = treemla::cuda::kernel_family_name(r.c.family);
+  row.tile = treemla::cuda::tile_config_name(r.c.tile);
+  row.shape = {r.c.batch, r.c.heads, r.c.q_len, r.c.prefix, r.c.page_size};
+  row.us = r.us_all;
+  row.us_prefix = r.us_prefix;
+  row.us_tail = r.us_tail;
+  row.tflops = r.tflops;
+  row.kv_gbps = r.gbps;
+  row.frac_mma = r.frac_mma;
+  row.frac_hbm = r.frac_hbm;
+  row.paged_read_gbps = r.paged_read_gbps;
+  row.paged_read_1cta_gbps = r.paged_read_1cta_gbps;
+  return row;
+}
+
+// The cost table of docs/budget.md: verify time per layer (one request, H heads, 1 + B tree
+// nodes, prefix L, the plan's default family and tile) on the grid of include/treemla/budget.h.
+int cost_table(const bench::Options& opt, const bench::Header& header, size_t l2_bytes) {
+  const std::vector<int> n{1, 16, 32, 64, 128, 256, 512, 1024};
+  const std::vector<int64_t> L{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+  std::ofstream f(opt.cost_table);
+  if (!f) throw std::invalid_argument("--cost-table: '" + opt.cost_table + "' cannot be opened for writing");
+  std::vector<bench::CostPoint> points;
+  std::string family, tile;
+  std::cout << "# cost table: H=" << opt.cost_heads << " page_size=" << opt.cost_page_size << "\n";
+  for (int ni : n) {
+    for (int64_t l : L) {
+      Case c{1, opt.cost_heads, ni, static_cast<int>(l), opt.cost_page_size, TileConfig::kAuto, KernelFamily::kAuto};
+      std::vector<Workload> ws = make_copies(c, l2_bytes);
+      const auto plan = treemla::cuda::make_verify_plan({1, ni, opt.cost_heads});
+      family = treemla::cuda::kernel_family_name(plan.family);
+      tile = treemla::cuda::tile_config_name(plan.tile);
+      void* wsp = nullptr;
+      TREEMLA_CUDA_CHECK(cudaMalloc(&wsp, plan.workspace_bytes));
+      treemla::cuda::init_workspace(plan, wsp, 0);
+      cudaStream_t stream;
+      TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      const double us = time_calls(ws, plan, wsp, treemla::VerifyPart::kAll, std::max(3, opt.reps), stream);
+      TREEMLA_CUDA_CHECK(cudaStreamDestroy(stream));
+      TREEMLA_CUDA_CHECK(cudaFree(wsp));
+      for (auto& w : ws) free_workload(w);
+      points.push_back({ni, l, us});
+      std::cout << "n=" << ni << " L=" << l << " us=" << us << "\n" << std::flush;
+    }
+  }
+  bench::write_cost_table(f, header, opt.cost_heads, opt.cost_page_size, family, tile, n, L, points);
+  return 0;
 }
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
-  Options opt("bench",
-              "Times verify attention (prefix + tail + merge) on the GPU over a grid of shapes, with\n"
-              "HBM read bandwidth and the bf16 mma.sync peak measured in the same run. Each listed\n"
-              "shape runs with every tile configuration that fits the device.");
-  opt.add("cases", "default",
-          "'default' for the standard grid, or semicolon-separated batch:heads:q_len:prefix:page_size");
-  opt.add("tiles", "all", "tile configurations: all, smem99k, smem-large");
-  opt.add("families", "all", "kernel families: all (every family the device runs), cpasync, cluster");
-  opt.add("reps", "20", "timed repetitions per measurement (median reported)");
-  opt.add("json", "", "write results as JSON to this file");
-  opt.add("commit", git_commit(), "commit recorded in the JSON");
-  bool ok = true;
-  if (!opt.parse(argc, argv, 2, ok)) return ok ? 0 : 2;
-  const int reps = static_cast<int>(opt.integer("reps", 3, 1000));
-
+int bench::run(const bench::Options& opt) {
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::cerr << "treemla bench: no CUDA device is visible; the benchmark needs a GPU\n";
@@ -351,141 +311,67 @@ int cmd_bench(int argc, char** argv) {
   cudaDriverGetVersion(&driver);
 
   std::vector<Case> shapes;
-  const std::string cs = opt.str("cases");
-  if (cs == "default") {
+  for (const bench::Shape& s : opt.cases) shapes.push_back({s.batch, s.heads, s.q_len, s.prefix, s.page_size, {}, {}});
+  if (shapes.empty()) {
     shapes = {
         // compute-bound: H x q_len >= 256
-        {1, 16, 16, 131072, 64, {}}, {1, 8, 65, 131072, 64, {}},  {1, 8, 65, 185000, 64, {}},
-        {1, 128, 64, 131072, 64, {}}, {8, 128, 16, 131072, 64, {}}, {1, 16, 65, 32768, 64, {}},
-        {1, 8, 65, 32768, 64, {}}, {4, 16, 257, 16384, 64, {}},
+        {1, 16, 16, 131072, 64, {}, {}}, {1, 8, 65, 131072, 64, {}, {}},  {1, 8, 65, 185000, 64, {}, {}},
+        {1, 128, 64, 131072, 64, {}, {}}, {8, 128, 16, 131072, 64, {}, {}}, {1, 16, 65, 32768, 64, {}, {}},
+        {1, 8, 65, 32768, 64, {}, {}}, {4, 16, 257, 16384, 64, {}, {}},
         // memory-bound: q_len = 1
-        {8, 16, 1, 131072, 64, {}}, {8, 8, 1, 131072, 64, {}}, {32, 16, 1, 32768, 64, {}},
+        {8, 16, 1, 131072, 64, {}, {}}, {8, 8, 1, 131072, 64, {}, {}}, {32, 16, 1, 32768, 64, {}, {}},
         // page_size 1, pages scattered, against the same case at 64 above
-        {1, 8, 65, 131072, 1, {}},
+        {1, 8, 65, 131072, 1, {}, {}},
         // the fixed cost of a call: nothing to attend but each node's own row
-        {1, 8, 1, 0, 64, {}},
+        {1, 8, 1, 0, 64, {}, {}},
     };
-  } else {
-    std::stringstream ss(cs);
-    std::string item;
-    while (std::getline(ss, item, ';')) {
-      Case c{};
-      if (std::sscanf(item.c_str(), "%d:%d:%d:%d:%d", &c.batch, &c.heads, &c.q_len, &c.prefix, &c.page_size) != 5 ||
-          c.batch < 1 || c.heads < 1 || c.heads > 128 || c.q_len < 1 || c.q_len > 1025 || c.prefix < 0 ||
-          c.page_size < 1 || (c.page_size & (c.page_size - 1))) {
-        throw std::invalid_argument("--cases entry '" + item +
-                                    "' must be batch:heads:q_len:prefix:page_size with heads in [1,128], "
-                                    "q_len in [1,1025], prefix >= 0, page_size a power of two");
-      }
-      shapes.push_back(c);
-    }
   }
   std::vector<TileConfig> tiles;
-  const std::string ts = opt.str("tiles");
+  const std::string& ts = opt.tiles;
   int optin = 0;
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   if (ts == "all" || ts == "smem-large") {
     if (optin >= 150000) tiles.push_back(TileConfig::kSmemLarge);
   }
   if (ts == "all" || ts == "smem99k") tiles.push_back(TileConfig::kSmem99K);
-  if (ts != "all" && ts != "smem99k" && ts != "smem-large")
-    throw std::invalid_argument("--tiles = '" + ts + "' must be all, smem99k or smem-large");
-  if (tiles.empty()) throw std::invalid_argument("--tiles = '" + ts + "' does not fit this device");
+  if (tiles.empty()) throw std::invalid_argument("--tiles: '" + ts + "' does not fit this device");
   std::vector<KernelFamily> families;
-  const std::string fs = opt.str("families");
-  if (fs != "all" && fs != "cpasync" && fs != "cluster")
-    throw std::invalid_argument("--families = '" + fs + "' must be all, cpasync or cluster");
-  if (fs == "all" || fs == "cpasync") families.push_back(KernelFamily::kCpAsync);
-  if ((fs == "all" && prop.major >= 9) || fs == "cluster") families.push_back(KernelFamily::kCluster);
+  if (opt.families == "all" || opt.families == "cpasync") families.push_back(KernelFamily::kCpAsync);
+  if ((opt.families == "all" && prop.major >= 9) || opt.families == "cluster") families.push_back(KernelFamily::kCluster);
+  std::ofstream json_file;
+  if (!opt.json.empty()) {  // before the run, which takes minutes
+    json_file.open(opt.json);
+    if (!json_file) throw std::invalid_argument("--json: '" + opt.json + "' cannot be opened for writing");
+  }
 
-  const double hbm = measure_hbm_gbps(size_t(4) << 30);
-  const double mma = measure_mma_tflops();
-  char date[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::printf("# treemla bench  gpu: %s (sm_%d%d, %d SMs, %.0f MHz SM, %.0f MHz mem)  cuda runtime %d driver %d\n",
-              prop.name, prop.major, prop.minor, prop.multiProcessorCount, clock_khz / 1e3,
-              mem_clock_khz / 1e3, runtime, driver);
-  std::printf("# date %s  commit %s  reps %d (median)\n", date, opt.str("commit").c_str(), reps);
-  std::printf("# ceilings measured now: HBM read %.0f GB/s, bf16 mma.sync m16n8k16 %.1f TFLOP/s\n", hbm, mma);
-  std::printf("# us = prefix + tail + merge; prefix-only and tail-only are the same kernels on one part\n");
-  std::printf("%-8s %-10s %5s %4s %5s %7s %5s | %9s %9s %9s | %8s %6s | %8s %6s\n", "family", "tile", "batch", "H", "q_len",
-              "prefix", "page", "us", "us_pref", "us_tail", "TFLOP/s", "%mma", "KV GB/s", "%hbm");
+  bench::Header header;
+  header.device = {prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount, clock_khz / 1e3,
+                   mem_clock_khz / 1e3, runtime, driver};
+  header.ceilings.hbm_read_gbps = measure_hbm_gbps(size_t(4) << 30);
+  header.ceilings.mma_tflops = measure_mma_tflops();
+  header.date = bench::utc_date();
+  header.commit = opt.commit;
+  header.reps = opt.reps;
+  bench::print_header(std::cout, header);
 
-  std::vector<Result> results;
+  if (!opt.cost_table.empty()) return cost_table(opt, header, prop.l2CacheSize);
+  std::vector<bench::Row> rows;
   for (const Case& shape : shapes) {
     for (KernelFamily f : families) {
       for (TileConfig t : tiles) {
         Case c = shape;
         c.tile = t;
         c.family = f;
-        Result r = run_case(c, prop.l2CacheSize, reps);
-        r.frac_mma = r.tflops / mma;
-        r.frac_hbm = r.gbps / hbm;
-        std::printf("%-8s %-10s %5d %4d %5d %7d %5d | %9.1f %9.1f %9.1f | %8.1f %5.1f%% | %8.0f %5.1f%%\n",
-                    treemla::cuda::kernel_family_name(f), treemla::cuda::tile_config_name(t), c.batch, c.heads,
-                    c.q_len, c.prefix, c.page_size, r.us_all, r.us_prefix, r.us_tail, r.tflops, 100 * r.frac_mma,
-                    r.gbps, 100 * r.frac_hbm);
-        std::fflush(stdout);
-        results.push_back(r);
+        Result r = run_case(c, prop.l2CacheSize, opt.reps);
+        r.frac_mma = r.tflops / header.ceilings.mma_tflops;
+        r.frac_hbm = r.gbps / header.ceilings.hbm_read_gbps;
+        rows.push_back(to_row(r));
+        bench::print_row(std::cout, rows.back());
       }
     }
   }
-  // The design targets, read off the rows above (no new measurement).
-  std::printf("\n# targets (H200 figures in docs/benchmarks.md)\n");
-  for (const Result& r : results) {
-    const Case& c = r.c;
-    const std::string tname = std::string(treemla::cuda::kernel_family_name(c.family)) + "/" +
-                              treemla::cuda::tile_config_name(c.tile);
-    const char* tn = tname.c_str();
-    if (c.heads * c.q_len >= 256 && c.prefix >= 16384)
-      std::printf("compute-bound  %-18s B=%d H=%d q=%d L=%d: %.1f%% of mma.sync peak (target >= 60%%)\n", tn,
-                  c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_mma);
-    if (c.q_len == 1 && c.heads >= 8 && c.heads <= 16 && c.prefix >= 32768)
-      std::printf("memory-bound   %-18s B=%d H=%d q=1 L=%d: %.1f%% of HBM read (target >= 90%%); the same pages "
-                  "read by a plain copy: %.1f%% of HBM at full occupancy, %.1f%% with one 8-warp CTA per SM\n",
-                  tn, c.batch, c.heads, c.prefix, 100 * r.frac_hbm, 100 * r.paged_read_gbps * r.frac_hbm / r.gbps,
-                  100 * r.paged_read_1cta_gbps * r.frac_hbm / r.gbps);
-    if (c.prefix == 32768 && c.q_len == 65)
-      std::printf("tail + merge   %-18s B=%d H=%d q=65 L=32768: fused tail adds %.1f%% over prefix only; "
-                  "tail alone %.1f%% of the whole (target <= 10%%)\n",
-                  tn, c.batch, c.heads, 100 * std::max(0.0, r.us_all - r.us_prefix) / r.us_all,
-                  100 * r.us_tail / r.us_all);
-    if (c.prefix == 0)
-      std::printf("fixed cost     %-18s B=%d H=%d q=%d L=0: %.1f us per call (target <= 8 us)\n", tn, c.batch,
-                  c.heads, c.q_len, r.us_all);
-    if (c.page_size == 1) {
-      for (const Result& o : results) {
-        if (o.c.page_size == 64 && o.c.batch == c.batch && o.c.heads == c.heads && o.c.q_len == c.q_len &&
-            o.c.prefix == c.prefix && o.c.tile == c.tile && o.c.family == c.family)
-          std::printf("page size 1    %-18s B=%d H=%d q=%d L=%d: %.1f%% slower than page size 64 (target <= 10%%)\n",
-                      tn, c.batch, c.heads, c.q_len, c.prefix, 100 * (r.us_all / o.us_all - 1));
-      }
-    }
-  }
-  const std::string json = opt.str("json");
-  if (!json.empty()) {
-    std::ofstream f(json);
-    if (!f) throw std::invalid_argument("--json = '" + json + "' cannot be opened for writing");
-    f << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"sm\": " << prop.major * 10 + prop.minor
-      << ",\n  \"sm_count\": " << prop.multiProcessorCount << ",\n  \"date\": \"" << date
-      << "\",\n  \"commit\": \"" << opt.str("commit") << "\",\n  \"cuda_runtime\": " << runtime
-      << ",\n  \"driver\": " << driver << ",\n  \"hbm_read_gbps\": " << hbm
-      << ",\n  \"mma_sync_bf16_tflops\": " << mma << ",\n  \"results\": [\n";
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      f << "    {\"family\": \"" << treemla::cuda::kernel_family_name(r.c.family) << "\", \"tile\": \""
-        << treemla::cuda::tile_config_name(r.c.tile) << "\", \"batch\": " << r.c.batch
-        << ", \"heads\": " << r.c.heads << ", \"q_len\": " << r.c.q_len << ", \"prefix\": " << r.c.prefix
-        << ", \"page_size\": " << r.c.page_size << ", \"us\": " << r.us_all << ", \"us_prefix_only\": "
-        << r.us_prefix << ", \"us_tail_only\": " << r.us_tail << ", \"tflops\": " << r.tflops
-        << ", \"kv_gbps\": " << r.gbps << ", \"frac_mma_peak\": " << r.frac_mma
-        << ", \"frac_hbm\": " << r.frac_hbm << ", \"paged_read_gbps\": " << r.paged_read_gbps
-        << ", \"paged_read_one_cta_per_sm_gbps\": " << r.paged_read_1cta_gbps << "}"
-        << (i + 1 < results.size() ? "," : "") << "\n";
-    }
-    f << "  ]\n}\n";
-  }
+  bench::print_targets(std::cout, rows);
+  if (json_file.is_open()) bench::write_json(json_file, header, rows);
   return 0;
 }
 

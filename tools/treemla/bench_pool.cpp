@@ -7,30 +7,74 @@
 //
 // Host C++20 (KvPool is C++20; .cu files build as C++17): the kernels are reached through the
 // public API, the timing through the CUDA runtime.
-#include "commands.h"
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
 
-#ifdef TREEMLA_WITH_CUDA
-
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <ctime>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
-#include <random>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench.h"
+#include "cli.h"
+#include "commands.h"
+
+#ifdef TREEMLA_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
 #include "cuda/common/check.h"
 #include "gpu_timing.h"
-#include "options.h"
 #include "treemla/cuda/kvpool.h"
 #include "treemla/kvpool.h"
+#endif
 
 namespace treemla::tool {
+
+namespace {
+
+struct PoolBenchOptions {
+  std::vector<int64_t> page_sizes{1, 64};
+  double pool_gb = 4, fill = 0.85;
+  int churn_ops = 4000;
+  std::vector<int64_t> batches{1, 64};
+  int reps = 10, commit_reps = 200;
+  uint32_t seed = 1;
+  std::string json, commit = "unknown";
+};
+
+// Parses `treemla bench-pool`; nothing when the benchmark should run, else the exit code.
+std::optional<int> parse_options(int argc, char** argv, PoolBenchOptions& o) {
+  CLI::App app(
+      "Times the KV pool on the GPU: defrag of a churned pool (page moves planned on the host, applied on the\n"
+      "GPU) against a device-to-device copy measured in the same run, and the CUDA-graph-replayed commit of\n"
+      "1..16 accepted rows at batch 1 and 64.\n",
+      "treemla bench-pool");
+  cli::configure(app);
+  cli::add_list(app, "--page-sizes", o.page_sizes, cli::power_of_two_in(1, 1024), "page sizes of the defrag runs");
+  cli::add_number(app, "--pool-gb", o.pool_gb, 0.01, 64, "cache size of each defrag run in GiB");
+  cli::add_number(app, "--fill", o.fill, 0.1, 0.99, "pool occupancy the churn keeps");
+  cli::add_integer(app, "--churn-ops", o.churn_ops, 1, 1000000, "alloc / extend / free operations before the defrag");
+  cli::add_list(app, "--batches", o.batches, cli::integer_in(1, 1024), "batch sizes of the commit runs");
+  cli::add_integer(app, "--reps", o.reps, 3, 1000, "timed repetitions of each defrag (median)");
+  cli::add_integer(app, "--commit-reps", o.commit_reps, 3, 100000, "timed graph replays of each commit case (median)");
+  cli::add_integer(app, "--seed", o.seed, 0, 4294967295LL, "seed of the churn");
+  app.add_option("--json", o.json, "write results as JSON to this file");
+  app.add_option("--commit", o.commit, "commit recorded in the table and the JSON")->capture_default_str();
+  return cli::parse(app, argc, argv);
+}
+
+}  // namespace
+
+#ifdef TREEMLA_WITH_CUDA
 
 namespace {
 
@@ -222,41 +266,55 @@ std::vector<CommitResult> bench_commit(int batch, int reps, cudaStream_t s) {
   return out;
 }
 
-}  // namespace
-
-int cmd_bench_pool(int argc, char** argv) {
-  Options opt("bench-pool",
-              "Times the KV pool on the GPU: defrag of a churned pool (page moves planned on the host,\n"
-              "applied on the GPU) against a device-to-device copy measured in the same run, and the\n"
-              "CUDA-graph-replayed commit of 1..16 accepted rows at batch 1 and 64.");
-  opt.add("page-sizes", "1,64", "page sizes of the defrag runs (powers of two)");
-  opt.add("pool-gb", "4", "cache size of each defrag run in GiB");
-  opt.add("fill", "0.85", "pool occupancy the churn keeps (0.1..0.99)");
-  opt.add("churn-ops", "4000", "alloc / extend / free operations before the defrag");
-  opt.add("batches", "1,64", "batch sizes of the commit runs");
-  opt.add("reps", "10", "timed repetitions of each defrag (median)");
-  opt.add("commit-reps", "200", "timed graph replays of each commit case (median)");
-  opt.add("seed", "1", "seed of the churn");
-  opt.add("json", "", "write results as JSON to this file");
-  opt.add("commit", "unknown", "commit recorded in the JSON");
-  bool ok = true;
-  if (!opt.parse(argc, argv, 2, ok)) return ok ? 0 : 2;
-  const std::vector<int64_t> page_sizes = opt.list("page-sizes", 1, 1024);
-  for (int64_t ps : page_sizes) {
-    if (ps & (ps - 1)) throw std::invalid_argument("--page-sizes entry " + std::to_string(ps) + " must be a power of two");
+void write_json(std::ostream& os, const cudaDeviceProp& prop, const std::string& date, int runtime, int driver,
+                double d2d, const PoolBenchOptions& o, const std::vector<DefragResult>& defrag,
+                const std::vector<CommitResult>& commit) {
+  using json = nlohmann::ordered_json;
+  // "commit" is the source commit, as in bench's JSON; the commit timings are "commit_latency".
+  json doc = {{"gpu", prop.name},
+              {"sm", prop.major * 10 + prop.minor},
+              {"date", date},
+              {"commit", o.commit},
+              {"cuda_runtime", runtime},
+              {"driver", driver},
+              {"d2d_copy_gbps", d2d},
+              {"pool_gb", o.pool_gb},
+              {"fill", o.fill},
+              {"defrag", json::array()},
+              {"commit_latency", json::array()}};
+  for (const DefragResult& r : defrag) {
+    doc["defrag"].push_back({{"page_size", r.page_size},
+                             {"num_pages", r.num_pages},
+                             {"pages_used", r.pages_used},
+                             {"runs_before", r.runs_before},
+                             {"moves", r.moves},
+                             {"waves", r.waves},
+                             {"single_move_waves", r.single_waves},
+                             {"plan_ms", r.plan_ms},
+                             {"apply_ms", r.apply_ms},
+                             {"gbps", r.gbps},
+                             {"frac_d2d", r.frac_d2d}});
   }
-  const double pool_gb = opt.real("pool-gb", 0.01, 64);
-  const double fill = opt.real("fill", 0.1, 0.99);
-  const int ops = int(opt.integer("churn-ops", 1, 1000000));
-  const std::vector<int64_t> batches = opt.list("batches", 1, 1024);
-  const int reps = int(opt.integer("reps", 3, 1000));
-  const int commit_reps = int(opt.integer("commit-reps", 3, 100000));
-  const uint32_t seed = uint32_t(opt.integer("seed", 0, 0xffffffffll));
+  for (const CommitResult& r : commit) {
+    doc["commit_latency"].push_back({{"batch", r.batch},
+                             {"rows", r.rows},
+                             {"commit_us", r.commit_us},
+                             {"commit_loop_us", r.commit_loop_us},
+                             {"accept_commit_us", r.accept_commit_us}});
+  }
+  os << doc.dump(2) << "\n";
+}
 
+int run(const PoolBenchOptions& o) {
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::cerr << "treemla bench-pool: no CUDA device is visible; the benchmark needs a GPU\n";
     return 1;
+  }
+  std::ofstream json_file;
+  if (!o.json.empty()) {  // before the run, which takes minutes
+    json_file.open(o.json);
+    if (!json_file) throw std::invalid_argument("--json: '" + o.json + "' cannot be opened for writing");
   }
   cudaDeviceProp prop{};
   TREEMLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -266,77 +324,55 @@ int cmd_bench_pool(int argc, char** argv) {
   cudaStream_t s;
   TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const double d2d = measure_d2d_gbps(size_t(1) << 30, s);
-  char date[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::printf("# treemla bench-pool  gpu: %s (sm_%d%d, %d SMs)  cuda runtime %d driver %d\n", prop.name, prop.major,
-              prop.minor, prop.multiProcessorCount, runtime, driver);
-  std::printf("# date %s  commit %s\n", date, opt.str("commit").c_str());
-  std::printf("# ceiling measured now: cudaMemcpyAsync D2D of 1 GiB, %.0f GB/s (read + write)\n", d2d);
-  std::printf("\n## defrag: %.1f GiB pool churned to %.0f%%, full defrag planned on the host, applied on the GPU\n",
-              pool_gb, 100 * fill);
-  std::printf("%5s %9s %9s %8s %9s %7s %7s %9s %9s %8s %6s\n", "page", "pages", "used", "runs", "moves", "waves",
-              "1-move", "plan ms", "apply ms", "GB/s", "%d2d");
+  const std::string date = bench::utc_date();
+  std::ostream& os = std::cout;
+  fmt::print(os, "# treemla bench-pool  gpu: {} (sm_{}{}, {} SMs)  cuda runtime {} driver {}\n", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, runtime, driver);
+  fmt::print(os, "# date {}  commit {}\n", date, o.commit);
+  fmt::print(os, "# ceiling measured now: cudaMemcpyAsync D2D of 1 GiB, {:.0f} GB/s (read + write)\n", d2d);
+  fmt::print(os, "\n## defrag: {:.1f} GiB pool churned to {:.0f}%, full defrag planned on the host, applied on the GPU\n",
+             o.pool_gb, 100 * o.fill);
+  fmt::print(os, "{:>5} {:>9} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>6}\n", "page", "pages", "used", "runs",
+             "moves", "waves", "1-move", "plan ms", "apply ms", "GB/s", "%d2d");
   std::vector<DefragResult> defrag;
-  for (int64_t ps : page_sizes) {
-    DefragResult r = bench_defrag(int(ps), pool_gb, fill, ops, reps, seed, s);
+  for (int64_t ps : o.page_sizes) {
+    DefragResult r = bench_defrag(int(ps), o.pool_gb, o.fill, o.churn_ops, o.reps, o.seed, s);
     r.frac_d2d = r.gbps / d2d;
-    std::printf("%5d %9lld %9lld %8lld %9lld %7lld %7lld %9.1f %9.3f %8.0f %5.1f%%\n", r.page_size,
-                (long long)r.num_pages, (long long)r.pages_used, (long long)r.runs_before, (long long)r.moves,
-                (long long)r.waves, (long long)r.single_waves, r.plan_ms, r.apply_ms, r.gbps, 100 * r.frac_d2d);
-    std::fflush(stdout);
+    fmt::print(os, "{:>5} {:>9} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9.1f} {:>9.3f} {:>8.0f} {:>5.1f}%\n", r.page_size,
+               r.num_pages, r.pages_used, r.runs_before, r.moves, r.waves, r.single_waves, r.plan_ms, r.apply_ms,
+               r.gbps, 100 * r.frac_d2d);
+    os << std::flush;
     defrag.push_back(r);
   }
-  std::printf("\n## commit: prefix 4096, 65-node tree, page size 64; CUDA graph replays, us\n");
-  std::printf("%5s %4s %11s %11s %14s\n", "batch", "rows", "commit", "commit@100", "accept+commit");
+  fmt::print(os, "\n## commit: prefix 4096, 65-node tree, page size 64; CUDA graph replays, us\n");
+  fmt::print(os, "{:>5} {:>4} {:>11} {:>11} {:>14}\n", "batch", "rows", "commit", "commit@100", "accept+commit");
   std::vector<CommitResult> commit;
-  for (int64_t b : batches) {
-    for (const CommitResult& r : bench_commit(int(b), commit_reps, s)) {
-      std::printf("%5d %4d %11.2f %11.2f %14.2f\n", r.batch, r.rows, r.commit_us, r.commit_loop_us, r.accept_commit_us);
+  for (int64_t b : o.batches) {
+    for (const CommitResult& r : bench_commit(int(b), o.commit_reps, s)) {
+      fmt::print(os, "{:>5} {:>4} {:>11.2f} {:>11.2f} {:>14.2f}\n", r.batch, r.rows, r.commit_us, r.commit_loop_us,
+                 r.accept_commit_us);
       commit.push_back(r);
     }
   }
-  std::printf("# commit: one replay timed alone (launch included); commit@100: 100 replays back to back, per replay\n");
+  fmt::print(os, "# commit: one replay timed alone (launch included); commit@100: 100 replays back to back, per replay\n");
   TREEMLA_CUDA_CHECK(cudaStreamDestroy(s));
-  const std::string json = opt.str("json");
-  if (!json.empty()) {
-    std::ofstream f(json);
-    if (!f) throw std::invalid_argument("--json = '" + json + "' cannot be opened for writing");
-    f << "{\n  \"gpu\": \"" << prop.name << "\",\n  \"sm\": " << prop.major * 10 + prop.minor << ",\n  \"date\": \""
-      << date << "\",\n  \"commit\": \"" << opt.str("commit") << "\",\n  \"cuda_runtime\": " << runtime
-      << ",\n  \"driver\": " << driver << ",\n  \"d2d_copy_gbps\": " << d2d << ",\n  \"pool_gb\": " << pool_gb
-      << ",\n  \"fill\": " << fill << ",\n  \"defrag\": [\n";
-    for (size_t i = 0; i < defrag.size(); ++i) {
-      const DefragResult& r = defrag[i];
-      f << "    {\"page_size\": " << r.page_size << ", \"num_pages\": " << r.num_pages << ", \"pages_used\": "
-        << r.pages_used << ", \"runs_before\": " << r.runs_before << ", \"moves\": " << r.moves << ", \"waves\": "
-        << r.waves << ", \"single_move_waves\": " << r.single_waves << ", \"plan_ms\": " << r.plan_ms
-        << ", \"apply_ms\": " << r.apply_ms << ", \"gbps\": " << r.gbps << ", \"frac_d2d\": " << r.frac_d2d << "}"
-        << (i + 1 < defrag.size() ? "," : "") << "\n";
-    }
-    f << "  ],\n  \"commit\": [\n";
-    for (size_t i = 0; i < commit.size(); ++i) {
-      const CommitResult& r = commit[i];
-      f << "    {\"batch\": " << r.batch << ", \"rows\": " << r.rows << ", \"commit_us\": " << r.commit_us
-        << ", \"commit_loop_us\": " << r.commit_loop_us << ", \"accept_commit_us\": " << r.accept_commit_us << "}"
-        << (i + 1 < commit.size() ? "," : "") << "\n";
-    }
-    f << "  ]\n}\n";
-  }
+  if (json_file.is_open()) write_json(json_file, prop, date, runtime, driver, d2d, o, defrag, commit);
   return 0;
 }
 
-}  // namespace treemla::tool
+}  // namespace
 
-#else  // no CUDA
+#endif  // TREEMLA_WITH_CUDA
 
-#include <iostream>
-
-namespace treemla::tool {
-int cmd_bench_pool(int, char**) {
+int cmd_bench_pool(int argc, char** argv) {
+  PoolBenchOptions options;
+  if (const auto rc = parse_options(argc, argv, options)) return *rc;
+#ifdef TREEMLA_WITH_CUDA
+  return run(options);
+#else
   std::cerr << "treemla bench-pool: this build has no CUDA support\n";
   return 1;
-}
-}  // namespace treemla::tool
-
 #endif
+}
+
+}  // namespace treemla::tool

@@ -1,8 +1,8 @@
-// treemla info: build configuration and visible GPUs; treemla bench without CUDA.
+// treemla info: build configuration and visible GPUs.
 #include <iostream>
 
+#include "cli.h"
 #include "commands.h"
-#include "options.h"
 #include "treemla/attention.h"
 
 #ifdef TREEMLA_WITH_CUDA
@@ -14,9 +14,9 @@
 namespace treemla::tool {
 
 int cmd_info(int argc, char** argv) {
-  Options opt("info", "Prints the build configuration and the GPUs this build can use.");
-  bool ok = true;
-  if (!opt.parse(argc, argv, 2, ok)) return ok ? 0 : 2;
+  CLI::App app("Prints the build configuration and the GPUs this build can use.", "treemla info");
+  cli::configure(app);
+  if (const auto rc = cli::parse(app, argc, argv)) return *rc;
   std::cout << "treemla 0.1.0\n"
             << "  MLA widths: q/k " << kHeadDimQK << ", v " << kHeadDimV << "; heads 1.." << kMaxHeads
             << "; tree nodes per request 1.." << kMaxTreeNodes << "\n";
@@ -38,12 +38,5 @@ int cmd_info(int argc, char** argv) {
 #endif
   return 0;
 }
-
-#ifndef TREEMLA_WITH_CUDA
-int cmd_bench(int, char**) {
-  std::cerr << "treemla bench: this build has no CUDA kernels (configure with a CUDA compiler)\n";
-  return 1;
-}
-#endif
 
 }  // namespace treemla::tool

@@ -1,82 +1,91 @@
-// treemla simulate: the serving loop of simulation.h behind command-line options, with a header
-// line, progress lines and a summary (and with --device cuda GPU times and the fragmentation
-// report; --json writes the numbers). `treemla` with no arguments runs this with the defaults.
+// treemla simulate: the serving loop of treemla_sim (sim/simulation.h) behind command-line
+// options, with a header, progress lines and a summary (and with --device cuda GPU times and the
+// fragmentation report; --json writes the numbers). `treemla` with no command runs this.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-#include <stdexcept>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "commands.h"
-#include "options.h"
-#include "simulation.h"
-#ifdef TREEMLA_WITH_CUDA
-#include "simulation_cuda.h"
-#endif
+#include "sim/simulation.h"
 
 namespace treemla::tool {
 
 namespace {
 
-std::string num(double x) {
-  std::ostringstream os;
-  os << x;
-  return os.str();
+std::string mib(double bytes) { return fmt::format("{:.2f}", bytes / (1 << 20)); }
+
+// What the command line says: the config, plus the options that are not part of it.
+struct SimulateArgs {
+  SimulationConfig config;
+  std::string policy = "as-freed", frag_report = "auto", json;
+};
+
+void add_options(CLI::App& app, SimulateArgs& a) {
+  SimulationConfig& c = a.config;
+  auto integer = [&](const char* name, auto& value, IntRange r, const char* help) {
+    cli::add_integer(app, name, value, r.lo, r.hi, help);
+  };
+  integer("--rounds", c.rounds, limits::kRounds, "serving rounds (one verify pass per round)");
+  integer("--seed", c.seed, limits::kSeed, "random seed (arrivals, lengths, drafts, targets, data)");
+  cli::add_choice(app, "--device", c.device, {"cpu", "cuda"},
+                  "where the cache lives and attention, commit and defrag run: cpu, or cuda (a CUDA build and a GPU)");
+  integer("--heads", c.heads, limits::kHeads, "query heads of the verify attention");
+  integer("--budget", c.budget, limits::kBudget, "DDTree budget: draft nodes per tree besides the root");
+  integer("--depth", c.depth, limits::kDepth, "DDTree depth limit (drafter block size - 1)");
+  integer("--topk", c.top_k, limits::kTopK, "drafter candidates per depth");
+  app.add_option("--page-size", c.page_size, "rows per KV page")
+      ->check(cli::power_of_two_in(limits::kPageSize.lo, limits::kPageSize.hi))
+      ->capture_default_str();
+  integer("--num-pages", c.num_pages, limits::kNumPages,
+          "pages in the pool; 0 = room for --max-requests requests at their largest, plus one");
+  integer("--max-requests", c.max_requests, limits::kMaxRequests, "live requests at most (the batch)");
+  integer("--prompt-min", c.prompt_min, limits::kPromptLen, "shortest prompt, tokens");
+  integer("--prompt-max", c.prompt_max, limits::kPromptLen, "longest prompt, tokens");
+  integer("--gen-min", c.gen_min, limits::kGenLen, "fewest tokens a request generates before it finishes");
+  integer("--gen-max", c.gen_max, limits::kGenLen, "most tokens a request generates before it finishes");
+  cli::add_choice(app, "--policy", a.policy, {"as-freed", "sorted"},
+                  "free-list policy: as-freed (FIFO, as servers do) or sorted (lowest page first)");
+  cli::add_number(app, "--defrag-threshold", c.defrag_threshold, 0.0, 1e9,
+                  "defragment when the live requests' pages form more than this many contiguous runs per "
+                  "request on average (1 = every request contiguous); 0 = never");
+  integer("--defrag-max-moves", c.defrag_max_moves, limits::kDefragMaxMoves,
+          "0 = full defrag; N = partial defrag of at most N page moves");
+  cli::add_number(app, "--accept-prob", c.accept_prob, 0.0, 1.0,
+                  "chance, per tree node, that the synthetic target picks one of the node's drafted children");
+  integer("--check-every", c.check_every, limits::kCheckEvery,
+          "every N rounds cross-check split vs full attention and re-read all live rows; 0 = never");
+  integer("--check-max-context", c.check_max_context, limits::kCheckMaxContext,
+          "cross-check only rounds where every prefix is at most N tokens (the double-precision reference "
+          "takes minutes at 128k); 0 = no limit");
+  integer("--progress-every", c.progress_every, limits::kProgressEvery,
+          "print a progress line every N rounds; 0 = never");
+  cli::add_choice(app, "--frag-report", a.frag_report, {"auto", "on", "off", "1", "0"},
+                  "time the prefix pass at the end on the churned pool, after a full defrag and in a fresh "
+                  "page-size-64 cache: auto (= on with --device cuda), on, off");
+  integer("--frag-reps", c.frag_reps, limits::kFragReps, "timed runs per layout in the fragmentation report (median)");
+  app.add_option("--json", a.json, "also write the run's numbers (GPU times, fragmentation table) as JSON to this file");
 }
 
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
-  return buf;
-}
-
-SimulationConfig parse_config(const Options& opt) {
-  SimulationConfig c;
-  c.rounds = opt.integer("rounds", 1, 10000000);
-  c.seed = static_cast<uint32_t>(opt.integer("seed", 0, 4294967295LL));
-  c.device = opt.str("device");
-  c.heads = static_cast<int>(opt.integer("heads", 1, kMaxHeads));
-  c.budget = static_cast<int>(opt.integer("budget", 1, tree::kMaxBudget));
-  c.depth = static_cast<int>(opt.integer("depth", 1, tree::kMaxBudget));
-  c.top_k = static_cast<int>(opt.integer("topk", 1, 256));
-  c.page_size = static_cast<int>(opt.integer("page-size", 1, 1024));
-  c.num_pages = static_cast<int>(opt.integer("num-pages", 0, 1 << 24));
-  c.max_requests = static_cast<int>(opt.integer("max-requests", 1, 256));
-  c.prompt_min = static_cast<int>(opt.integer("prompt-min", 1, 262144));
-  c.prompt_max = static_cast<int>(opt.integer("prompt-max", 1, 262144));
-  c.gen_min = static_cast<int>(opt.integer("gen-min", 1, 262144));
-  c.gen_max = static_cast<int>(opt.integer("gen-max", 1, 262144));
-  const std::string policy = opt.str("policy");
-  if (policy == "as-freed") {
-    c.policy = kvpool::FreePolicy::kAsFreed;
-  } else if (policy == "sorted") {
-    c.policy = kvpool::FreePolicy::kSorted;
-  } else {
-    throw std::invalid_argument("--policy = '" + policy + "' must be as-freed or sorted");
-  }
-  c.defrag_threshold = opt.real("defrag-threshold", 0.0, 1e9);
-  c.defrag_max_moves = opt.integer("defrag-max-moves", 0, int64_t{1} << 30);
-  c.accept_prob = opt.real("accept-prob", 0.0, 1.0);
-  c.check_every = static_cast<int>(opt.integer("check-every", 0, 10000000));
-  c.check_max_context = static_cast<int>(opt.integer("check-max-context", 0, kMaxPrefixLen));
-  c.progress_every = static_cast<int>(opt.integer("progress-every", 0, 10000000));
-  const std::string frag = opt.str("frag-report");
-  if (frag == "auto") {
-    c.frag_report = -1;
-  } else if (frag == "on" || frag == "1") {
-    c.frag_report = 1;
-  } else if (frag == "off" || frag == "0") {
-    c.frag_report = 0;
-  } else {
-    throw std::invalid_argument("--frag-report = '" + frag + "' must be auto, on or off");
-  }
-  c.frag_reps = static_cast<int>(opt.integer("frag-reps", 1, 1000));
-  validate_config(c);  // the rules that tie options together (min <= max, page size, pool size)
-  return c;
+// The rules that tie options together (min <= max, page size, pool size); throws
+// std::invalid_argument naming the option.
+void finish_config(SimulateArgs& a) {
+  SimulationConfig& c = a.config;
+  c.policy = a.policy == "sorted" ? kvpool::FreePolicy::kSorted : kvpool::FreePolicy::kAsFreed;
+  c.frag_report = a.frag_report == "auto" ? -1 : (a.frag_report == "on" || a.frag_report == "1") ? 1 : 0;
+  validate_config(c);
 }
 
 void print_header(std::ostream& os, const SimulationConfig& c) {
@@ -88,11 +97,12 @@ void print_header(std::ostream& os, const SimulationConfig& c) {
      << ", top-k " << c.top_k << ", accept-prob " << c.accept_prob << "\n"
      << "  verify: " << c.heads << " heads, q/k " << kHeadDimQK << " v " << kHeadDimV << ", bf16 cache\n"
      << "  pool: " << pages << " pages x " << c.page_size << " rows (" << kvpool::free_policy_name(c.policy)
-     << ", " << mib(pages * c.page_size * kHeadDimQK * 2.0) << " MiB); defrag when runs/request > ";
+     << ", " << mib(pages * c.page_size * kHeadDimQK * 2.0) << " MiB); ";
   if (c.defrag_threshold > 0) {
-    os << c.defrag_threshold << (c.defrag_max_moves > 0 ? " (partial, " + std::to_string(c.defrag_max_moves) + " moves)" : " (full)");
+    os << "defrag when runs/request > " << c.defrag_threshold
+       << (c.defrag_max_moves > 0 ? " (partial, " + std::to_string(c.defrag_max_moves) + " moves)" : " (full)");
   } else {
-    os << "never (off)";
+    os << "defrag off (--defrag-threshold 0)";
   }
   os << "\n";
   if (c.device == "cuda") {
@@ -107,6 +117,85 @@ void print_header(std::ostream& os, const SimulationConfig& c) {
     os << "; fragmentation report " << (c.frag_report != 0 ? "at the end" : "off") << "\n";
   }
 }
+
+// "length:count" for every non-zero count; with more than 16 of them, counts of equal ranges
+// of lengths instead ("lo-hi:count").
+std::string compact_histogram(const std::vector<int64_t>& h) {
+  constexpr size_t kMaxItems = 16;
+  size_t first = h.size(), last = 0, nonzero = 0;
+  for (size_t n = 0; n < h.size(); ++n) {
+    if (h[n] == 0) continue;
+    first = std::min(first, n);
+    last = n;
+    ++nonzero;
+  }
+  if (nonzero == 0) return "none";
+  const size_t width = nonzero <= kMaxItems ? 1 : (last - first + kMaxItems) / kMaxItems;
+  std::string out;
+  for (size_t lo = first; lo <= last; lo += width) {
+    const size_t hi = std::min(last, lo + width - 1);
+    int64_t count = 0;
+    for (size_t n = lo; n <= hi; ++n) count += h[n];
+    if (count == 0) continue;
+    if (!out.empty()) out += ' ';
+    out += hi == lo ? fmt::format("{}:{}", lo, count) : fmt::format("{}-{}:{}", lo, hi, count);
+  }
+  return out;
+}
+
+// A live progress line on stderr, redrawn in place at most five times a second with the rate
+// and the time left; only when stderr is a terminal, and only once the run has taken half a
+// second. Erased before a progress line or the summary is printed.
+class StatusLine {
+ public:
+  explicit StatusLine(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
+  StatusLine(const StatusLine&) = delete;
+  StatusLine& operator=(const StatusLine&) = delete;
+  ~StatusLine() { clear(); }
+
+  void update(const RunProgress& p) {
+    if (!enabled_) return;
+    if (p.line_follows) {
+      clear();
+      return;
+    }
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (elapsed < 0.5 || (drawn_ && std::chrono::duration<double>(now - last_).count() < 0.2)) return;
+    last_ = now;
+    const double done = std::clamp((double(p.round - 1) + p.round_fraction) / double(p.rounds), 0.0, 1.0);
+    std::string line = fmt::format("[{:3.0f}%] round {}/{}", 100 * done, p.round, p.rounds);
+    line += fmt::format(" {:.0f}%", 100 * p.round_fraction);
+    if (*p.activity) line += fmt::format(" ({})", p.activity);
+    if (done > 0) {
+      const double rate = done * double(p.rounds) / elapsed;  // rounds per second
+      line += rate >= 1 ? fmt::format(" | {:.1f} rounds/s", rate) : fmt::format(" | {:.1f} s/round", 1 / rate);
+      line += " | ETA " + duration(elapsed * (1 - done) / done);
+    }
+    fmt::print(stderr, "\r{}\033[K", line);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  void clear() {
+    if (!drawn_) return;
+    fmt::print(stderr, "\r\033[K");
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static std::string duration(double s) {
+    const auto t = static_cast<int64_t>(std::ceil(s));
+    if (t < 60) return fmt::format("{}s", t);
+    if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);
+  }
+
+  bool enabled_ = false, drawn_ = false;
+  Clock::time_point start_, last_;
+};
 
 struct Stats {
   size_t n = 0;
@@ -125,101 +214,96 @@ Stats stats(std::vector<double> v) {
 
 // GPU times per call and the fragmentation table (device backends only).
 void print_gpu(std::ostream& os, const SimulationConfig& c, const SimulationReport& r) {
-  char buf[512];
-  auto line = [&](const char* fmt, auto... args) {
-    std::snprintf(buf, sizeof buf, fmt, args...);
-    os << buf;
-  };
   const Stats v = stats(r.gpu.verify_ms), k = stats(r.gpu.commit_ms), d = stats(r.gpu.defrag_ms);
   if (v.n > 0) {
-    line("  gpu verify        %zu rounds: mean %.3f ms, median %.3f ms, total %.2f ms (kernels only, CUDA "
-         "events); %.1f TFLOP/s\n",
-         v.n, v.mean, v.median, v.total, v.total > 0 ? r.gpu.verify_flops / (v.total * 1e-3) / 1e12 : 0.0);
+    fmt::print(os,
+               "  gpu verify        {} rounds: mean {:.3f} ms, median {:.3f} ms, total {:.2f} ms (kernels only, "
+               "CUDA events); {:.1f} TFLOP/s\n",
+               v.n, v.mean, v.median, v.total, v.total > 0 ? r.gpu.verify_flops / (v.total * 1e-3) / 1e12 : 0.0);
   }
   if (r.device_commit) {
-    line("  gpu commit        %zu rounds (acceptance + commit): mean %.3f ms, median %.3f ms, total %.2f ms; "
-         "%lld acceptance mismatches vs the host\n",
-         k.n, k.mean, k.median, k.total, static_cast<long long>(r.accept_mismatches));
+    fmt::print(os,
+               "  gpu commit        {} rounds (acceptance + commit): mean {:.3f} ms, median {:.3f} ms, total {:.2f} "
+               "ms; {} acceptance mismatches vs the host\n",
+               k.n, k.mean, k.median, k.total, r.accept_mismatches);
   }
   if (d.n > 0) {
-    line("  gpu defrag        %zu runs: mean %.3f ms, median %.3f ms, total %.2f ms; %s MiB copied (%.1f GB/s "
-         "read + write)\n",
-         d.n, d.mean, d.median, d.total, mib(double(r.gpu.defrag_bytes)).c_str(),
-         d.total > 0 ? 2.0 * r.gpu.defrag_bytes / (d.total * 1e-3) / 1e9 : 0.0);
+    fmt::print(os,
+               "  gpu defrag        {} runs: mean {:.3f} ms, median {:.3f} ms, total {:.2f} ms; {} MiB copied "
+               "({:.1f} GB/s read + write)\n",
+               d.n, d.mean, d.median, d.total, mib(double(r.gpu.defrag_bytes)),
+               d.total > 0 ? 2.0 * r.gpu.defrag_bytes / (d.total * 1e-3) / 1e9 : 0.0);
   }
   const FragmentationReport& f = r.frag;
   if (!f.measured) {
-    if (!f.skipped.empty()) os << "fragmentation effect: not measured (" << f.skipped << ")\n";
+    if (!f.skipped.empty()) fmt::print(os, "fragmentation effect: not measured ({})\n", f.skipped);
     return;
   }
-  line("fragmentation effect: prefix pass alone (VerifyPart::kPrefix), %d requests x %d query rows x %d heads "
-       "over %lld prefix rows (%s MiB of KV), median of %d runs\n",
-       f.batch, f.q_len, f.heads, static_cast<long long>(f.prefix_rows), mib(f.kv_bytes).c_str(), f.reps);
-  line("  %-30s %5s %9s %10s %10s %10s %8s %8s %9s\n", "layout", "page", "runs/req", "pages/run", "median ms",
-       "min ms", "TFLOP/s", "KV GB/s", "vs fresh");
+  fmt::print(os,
+             "fragmentation effect: prefix pass alone (VerifyPart::kPrefix), {} requests x {} query rows x {} heads "
+             "over {} prefix rows ({} MiB of KV), median of {} runs\n",
+             f.batch, f.q_len, f.heads, f.prefix_rows, mib(f.kv_bytes), f.reps);
+  fmt::print(os, "  {:<30} {:>5} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}\n", "layout", "page", "runs/req",
+             "pages/run", "median ms", "min ms", "TFLOP/s", "KV GB/s", "vs fresh");
   const double ref = f.contiguous.measured ? f.contiguous.median_ms : 0.0;
   auto row = [&](const char* name, const FragLayout& l) {
     if (!l.measured) {
-      line("  %-30s not measured (a full pool cannot be defragmented)\n", name);
+      fmt::print(os, "  {:<30} not measured (a full pool cannot be defragmented)\n", name);
       return;
     }
     const double s = l.median_ms * 1e-3;
-    line("  %-30s %5d %9.2f %10.1f %10.3f %10.3f %8.1f %8.0f %+8.1f%%\n", name, l.page_size, l.runs_per_request,
-         l.pages_per_run, l.median_ms, l.min_ms, s > 0 ? f.flops / s / 1e12 : 0.0, s > 0 ? f.kv_bytes / s / 1e9 : 0.0,
-         ref > 0 ? 100.0 * (l.median_ms / ref - 1.0) : 0.0);
+    fmt::print(os, "  {:<30} {:>5} {:>9.2f} {:>10.1f} {:>10.3f} {:>10.3f} {:>8.1f} {:>8.0f} {:>+8.1f}%\n", name,
+               l.page_size, l.runs_per_request, l.pages_per_run, l.median_ms, l.min_ms,
+               s > 0 ? f.flops / s / 1e12 : 0.0, s > 0 ? f.kv_bytes / s / 1e9 : 0.0,
+               ref > 0 ? 100.0 * (l.median_ms / ref - 1.0) : 0.0);
   };
   row("(a) churned (as the run left it)", f.churned);
   row("(b) after a full defrag", f.defragged);
   row("(c) fresh cache, contiguous", f.contiguous);
   if (f.defragged.measured) {
-    line("  the full defrag: %lld page moves, %s MiB in %.3f ms\n", static_cast<long long>(f.final_defrag_moves),
-         mib(double(f.final_defrag_bytes)).c_str(), f.final_defrag_ms);
+    fmt::print(os, "  the full defrag: {} page moves, {} MiB in {:.3f} ms\n", f.final_defrag_moves,
+               mib(double(f.final_defrag_bytes)), f.final_defrag_ms);
   }
-  line("  outputs across layouts: max |diff| %.2e -> %s\n", f.max_diff, r.layout_mismatches ? "DIFFER" : "agree");
+  fmt::print(os, "  outputs across layouts: max |diff| {:.2e} -> {}\n", f.max_diff,
+             r.layout_mismatches ? "DIFFER" : "agree");
   if (c.defrag_threshold > 0 && f.churned.runs_per_request <= c.defrag_threshold) {
-    line("  note: the run's own defrags (--defrag-threshold %g) left (a) nearly contiguous; "
-         "--defrag-threshold 0 keeps the churn\n",
-         c.defrag_threshold);
+    fmt::print(os,
+               "  note: the run's own defrags (--defrag-threshold {:g}) left (a) nearly contiguous; "
+               "--defrag-threshold 0 keeps the churn\n",
+               c.defrag_threshold);
   }
 }
 
 void print_summary(std::ostream& os, const SimulationConfig& c, const SimulationReport& r) {
-  char buf[512];
-  auto line = [&](const char* fmt, auto... args) {
-    std::snprintf(buf, sizeof buf, fmt, args...);
-    os << buf;
-  };
   os << "summary\n";
-  line("  rounds            %lld in %.2f s wall\n", static_cast<long long>(r.rounds), r.wall_seconds);
-  line("  requests          %lld admitted, %lld finished, %lld cut short (pool full), %lld live at end; "
-       "admission deferred in %lld rounds\n",
-       static_cast<long long>(r.requests_admitted), static_cast<long long>(r.requests_finished),
-       static_cast<long long>(r.requests_cut_short), static_cast<long long>(r.requests_live_at_end),
-       static_cast<long long>(r.admission_deferrals));
-  line("  tokens committed  %lld in %lld request-rounds: mean acceptance length %.3f (incl. the bonus)\n",
-       static_cast<long long>(r.tokens_committed), static_cast<long long>(r.request_rounds), r.mean_acceptance());
-  os << "  acceptance hist  ";
-  for (size_t n = 1; n < r.acceptance_histogram.size(); ++n) os << " " << n << ":" << r.acceptance_histogram[n];
-  os << "\n";
-  const double per_round = r.verify_calls ? r.verify_seconds / r.verify_calls : 0.0;
-  line("  verify attention  %.3f s on %s in %lld calls (%.2f ms/call, %.2f GFLOP/s); %s: %lld checks, "
-       "max |diff| %.2e\n",
-       r.verify_seconds, c.device.c_str(), static_cast<long long>(r.verify_calls), per_round * 1e3,
-       r.verify_seconds > 0 ? r.verify_flops / r.verify_seconds / 1e9 : 0.0,
-       c.device == "cuda" ? "gpu vs cpu reference" : "split vs full", static_cast<long long>(r.cross_checks),
-       r.cross_check_max_diff);
+  fmt::print(os, "  rounds            {} in {:.2f} s wall\n", r.rounds, r.wall_seconds);
+  fmt::print(os,
+             "  requests          {} admitted, {} finished, {} cut short (pool full), {} live at end; "
+             "admission deferred in {} rounds\n",
+             r.requests_admitted, r.requests_finished, r.requests_cut_short, r.requests_live_at_end,
+             r.admission_deferrals);
+  fmt::print(os, "  tokens committed  {} in {} request-rounds: mean acceptance length {:.3f} (incl. the bonus)\n",
+             r.tokens_committed, r.request_rounds, r.mean_acceptance());
+  fmt::print(os, "  acceptance hist   {} (length:request-rounds, zeros left out)\n",
+             compact_histogram(r.acceptance_histogram));
+  const double per_call = r.verify_calls ? r.verify_seconds / r.verify_calls : 0.0;
+  fmt::print(os,
+             "  verify attention  {:.3f} s on {} in {} calls ({:.2f} ms/call, {:.2f} GFLOP/s); {}: {} checks, "
+             "max |diff| {:.2e}\n",
+             r.verify_seconds, c.device, r.verify_calls, per_call * 1e3,
+             r.verify_seconds > 0 ? r.verify_flops / r.verify_seconds / 1e9 : 0.0,
+             c.device == "cuda" ? "gpu vs cpu reference" : "split vs full", r.cross_checks, r.cross_check_max_diff);
   if (r.cross_checks_skipped > 0) {
-    line("                    %lld due cross-checks skipped: a prefix was longer than --check-max-context %d\n",
-         static_cast<long long>(r.cross_checks_skipped), c.check_max_context);
+    fmt::print(os, "                    {} due cross-checks skipped: a prefix was longer than --check-max-context {}\n",
+               r.cross_checks_skipped, c.check_max_context);
   }
-  line("  commit            %lld row moves, %lld pages released\n", static_cast<long long>(r.commit_row_moves),
-       static_cast<long long>(r.commit_pages_released));
+  fmt::print(os, "  commit            {} row moves, {} pages released\n", r.commit_row_moves, r.commit_pages_released);
   if (r.defrags_without_moves > 0) {
-    line("  defrag            %lld partial defrags found nothing to move within %lld moves\n",
-         static_cast<long long>(r.defrags_without_moves), static_cast<long long>(c.defrag_max_moves));
+    fmt::print(os, "  defrag            {} partial defrags found nothing to move within {} moves\n",
+               r.defrags_without_moves, c.defrag_max_moves);
   }
   if (r.defrags.empty()) {
-    line("  defrag            none (%lld skipped: pool full)\n", static_cast<long long>(r.defrags_skipped));
+    fmt::print(os, "  defrag            none ({} skipped: pool full)\n", r.defrags_skipped);
   } else {
     double rb = 0, ra = 0, mb = 0, ma = 0;
     for (const DefragEvent& e : r.defrags) {
@@ -230,192 +314,170 @@ void print_summary(std::ostream& os, const SimulationConfig& c, const Simulation
     }
     const double n = static_cast<double>(r.defrags.size());
     const DefragEvent& last = r.defrags.back();
-    line("  defrag            %zu runs (%lld skipped: pool full), %lld pages relocated in %lld page copies\n",
-         r.defrags.size(), static_cast<long long>(r.defrags_skipped), static_cast<long long>(r.pages_relocated),
-         static_cast<long long>(r.defrag_moves));
-    line("    runs/request    before mean %.2f last %.2f -> after mean %.2f last %.2f\n", rb / n,
-         last.runs_per_request_before, ra / n, last.runs_per_request_after);
-    line("    pages/run       before mean %.2f last %.2f -> after mean %.2f last %.2f\n", mb / n, last.mean_run_before,
-         ma / n, last.mean_run_after);
+    fmt::print(os, "  defrag            {} runs ({} skipped: pool full), {} pages relocated in {} page copies\n",
+               r.defrags.size(), r.defrags_skipped, r.pages_relocated, r.defrag_moves);
+    fmt::print(os, "    runs/request    before mean {:.2f} last {:.2f} -> after mean {:.2f} last {:.2f}\n", rb / n,
+               last.runs_per_request_before, ra / n, last.runs_per_request_after);
+    fmt::print(os, "    pages/run       before mean {:.2f} last {:.2f} -> after mean {:.2f} last {:.2f}\n", mb / n,
+               last.mean_run_before, ma / n, last.mean_run_after);
   }
   const kvpool::PoolMetrics& m = r.final_metrics;
-  line("  pool at end       %d used, %d free (peak %d used of %d), %.2f pages/run, %.2f runs/request\n", m.pages_used,
-       m.pages_free, r.peak_pages_used, r.num_pages, m.mean_run_length, runs_per_request(m));
+  fmt::print(os, "  pool at end       {} used, {} free (peak {} used of {}), {:.2f} pages/run, {:.2f} runs/request\n",
+             m.pages_used, m.pages_free, r.peak_pages_used, r.num_pages, m.mean_run_length, runs_per_request(m));
+  fmt::print(os,
+             "  data checks       {} rows read back, {} mismatches; {} non-finite outputs; {} commit plan "
+             "mismatches; {} cross-check failures",
+             r.rows_checked, r.row_mismatches, r.nonfinite_outputs, r.commit_plan_mismatches, r.cross_check_failures);
   if (r.device_commit || r.frag.measured) {
-    line("  data checks       %lld rows read back, %lld mismatches; %lld non-finite outputs; %lld commit plan "
-         "mismatches; %lld cross-check failures; %lld acceptance mismatches; %lld layout mismatches -> %s\n",
-         static_cast<long long>(r.rows_checked), static_cast<long long>(r.row_mismatches),
-         static_cast<long long>(r.nonfinite_outputs), static_cast<long long>(r.commit_plan_mismatches),
-         static_cast<long long>(r.cross_check_failures), static_cast<long long>(r.accept_mismatches),
-         static_cast<long long>(r.layout_mismatches), r.checks_passed() ? "ok" : "FAILED");
-  } else {
-    line("  data checks       %lld rows read back, %lld mismatches; %lld non-finite outputs; %lld commit plan "
-         "mismatches; %lld cross-check failures -> %s\n",
-         static_cast<long long>(r.rows_checked), static_cast<long long>(r.row_mismatches),
-         static_cast<long long>(r.nonfinite_outputs), static_cast<long long>(r.commit_plan_mismatches),
-         static_cast<long long>(r.cross_check_failures), r.checks_passed() ? "ok" : "FAILED");
+    fmt::print(os, "; {} acceptance mismatches; {} layout mismatches", r.accept_mismatches, r.layout_mismatches);
   }
-  line("  trace             %016llx (equal for equal seeds and options)\n", static_cast<unsigned long long>(r.trace));
+  fmt::print(os, " -> {}\n", r.checks_passed() ? "ok" : "FAILED");
+  fmt::print(os, "  trace             {:016x} (equal for equal seeds and options)\n", r.trace);
   if (!r.gpu.verify_ms.empty() || r.frag.measured || !r.frag.skipped.empty()) print_gpu(os, c, r);
 }
 
-// JSON numbers: non-finite values (never expected) become null rather than invalid JSON.
-std::string jnum(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
-}
-
-std::string jlist(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + jnum(v[i]);
-  return s + "]";
-}
-
-std::string jstats(const std::vector<double>& v) {
+nlohmann::ordered_json json_stats(const std::vector<double>& v) {
   const Stats s = stats(v);
-  return "{\"count\": " + std::to_string(s.n) + ", \"mean\": " + jnum(s.mean) + ", \"median\": " + jnum(s.median) +
-         ", \"total\": " + jnum(s.total) + ", \"per_call\": " + jlist(v) + "}";
+  return {{"count", s.n}, {"mean", s.mean}, {"median", s.median}, {"total", s.total}, {"per_call", v}};
 }
 
-std::string jlayout(const FragLayout& l, const FragmentationReport& f) {
-  if (!l.measured) return "null";
+nlohmann::ordered_json json_layout(const FragLayout& l, const FragmentationReport& f) {
+  if (!l.measured) return nullptr;
   const double s = l.median_ms * 1e-3;
-  return "{\"page_size\": " + std::to_string(l.page_size) + ", \"runs_per_request\": " + jnum(l.runs_per_request) +
-         ", \"pages_per_run\": " + jnum(l.pages_per_run) + ", \"median_ms\": " + jnum(l.median_ms) +
-         ", \"min_ms\": " + jnum(l.min_ms) + ", \"tflops\": " + jnum(s > 0 ? f.flops / s / 1e12 : 0.0) +
-         ", \"kv_gbps\": " + jnum(s > 0 ? f.kv_bytes / s / 1e9 : 0.0) + "}";
+  return {{"page_size", l.page_size},
+          {"runs_per_request", l.runs_per_request},
+          {"pages_per_run", l.pages_per_run},
+          {"median_ms", l.median_ms},
+          {"min_ms", l.min_ms},
+          {"tflops", s > 0 ? f.flops / s / 1e12 : 0.0},
+          {"kv_gbps", s > 0 ? f.kv_bytes / s / 1e9 : 0.0}};
 }
 
-void write_json(std::ostream& f, const SimulationConfig& c, const SimulationReport& r) {
-  char trace[32];
-  std::snprintf(trace, sizeof trace, "%016llx", static_cast<unsigned long long>(r.trace));
-  f << "{\n  \"config\": {\"device\": \"" << c.device << "\", \"seed\": " << c.seed << ", \"rounds\": " << c.rounds
-    << ", \"heads\": " << c.heads << ", \"budget\": " << c.budget << ", \"depth\": " << c.depth
-    << ", \"top_k\": " << c.top_k << ", \"page_size\": " << c.page_size << ", \"num_pages\": " << r.num_pages
-    << ", \"max_requests\": " << c.max_requests << ", \"prompt_min\": " << c.prompt_min
-    << ", \"prompt_max\": " << c.prompt_max << ", \"gen_min\": " << c.gen_min << ", \"gen_max\": " << c.gen_max
-    << ", \"policy\": \"" << kvpool::free_policy_name(c.policy) << "\", \"defrag_threshold\": "
-    << jnum(c.defrag_threshold) << ", \"defrag_max_moves\": " << c.defrag_max_moves
-    << ", \"accept_prob\": " << jnum(c.accept_prob) << ", \"check_every\": " << c.check_every
-    << ", \"check_max_context\": " << c.check_max_context << "},\n";
-  f << "  \"wall_seconds\": " << jnum(r.wall_seconds) << ",\n  \"tree_nodes\": " << r.tree_nodes
-    << ",\n  \"requests\": {\"admitted\": " << r.requests_admitted << ", \"finished\": " << r.requests_finished
-    << ", \"cut_short\": " << r.requests_cut_short << ", \"live_at_end\": " << r.requests_live_at_end
-    << ", \"admission_deferrals\": " << r.admission_deferrals << "},\n  \"tokens_committed\": " << r.tokens_committed
-    << ",\n  \"request_rounds\": " << r.request_rounds << ",\n  \"mean_acceptance\": " << jnum(r.mean_acceptance())
-    << ",\n  \"verify\": {\"calls\": " << r.verify_calls << ", \"wall_seconds\": " << jnum(r.verify_seconds)
-    << ", \"flops\": " << jnum(r.verify_flops) << "},\n  \"defrags\": {\"runs\": " << r.defrags.size()
-    << ", \"skipped\": " << r.defrags_skipped << ", \"pages_relocated\": " << r.pages_relocated
-    << ", \"page_moves\": " << r.defrag_moves << "},\n  \"checks\": {\"passed\": " << (r.checks_passed() ? "true" : "false")
-    << ", \"rows_checked\": " << r.rows_checked << ", \"row_mismatches\": " << r.row_mismatches
-    << ", \"nonfinite_outputs\": " << r.nonfinite_outputs << ", \"commit_plan_mismatches\": " << r.commit_plan_mismatches
-    << ", \"cross_checks\": " << r.cross_checks << ", \"cross_checks_skipped\": " << r.cross_checks_skipped
-    << ", \"cross_check_failures\": " << r.cross_check_failures << ", \"cross_check_max_diff\": "
-    << jnum(r.cross_check_max_diff) << ", \"accept_mismatches\": " << r.accept_mismatches
-    << ", \"layout_mismatches\": " << r.layout_mismatches << "},\n  \"trace\": \"" << trace << "\",\n";
-  if (r.gpu.verify_ms.empty()) {
-    f << "  \"gpu\": null,\n";
-  } else {
+// The run's numbers (docs/tool.md lists the keys). Non-finite numbers (never expected) become
+// null, as nlohmann::json writes them.
+nlohmann::ordered_json to_json(const SimulationConfig& c, const SimulationReport& r) {
+  using json = nlohmann::ordered_json;
+  json doc;
+  doc["config"] = {{"device", c.device},
+                   {"seed", c.seed},
+                   {"rounds", c.rounds},
+                   {"heads", c.heads},
+                   {"budget", c.budget},
+                   {"depth", c.depth},
+                   {"top_k", c.top_k},
+                   {"page_size", c.page_size},
+                   {"num_pages", r.num_pages},
+                   {"max_requests", c.max_requests},
+                   {"prompt_min", c.prompt_min},
+                   {"prompt_max", c.prompt_max},
+                   {"gen_min", c.gen_min},
+                   {"gen_max", c.gen_max},
+                   {"policy", kvpool::free_policy_name(c.policy)},
+                   {"defrag_threshold", c.defrag_threshold},
+                   {"defrag_max_moves", c.defrag_max_moves},
+                   {"accept_prob", c.accept_prob},
+                   {"check_every", c.check_every},
+                   {"check_max_context", c.check_max_context}};
+  doc["wall_seconds"] = r.wall_seconds;
+  doc["tree_nodes"] = r.tree_nodes;
+  doc["requests"] = {{"admitted", r.requests_admitted},
+                     {"finished", r.requests_finished},
+                     {"cut_short", r.requests_cut_short},
+                     {"live_at_end", r.requests_live_at_end},
+                     {"admission_deferrals", r.admission_deferrals}};
+  doc["tokens_committed"] = r.tokens_committed;
+  doc["request_rounds"] = r.request_rounds;
+  doc["mean_acceptance"] = r.mean_acceptance();
+  doc["verify"] = {{"calls", r.verify_calls}, {"wall_seconds", r.verify_seconds}, {"flops", r.verify_flops}};
+  doc["defrags"] = {{"runs", r.defrags.size()},
+                    {"skipped", r.defrags_skipped},
+                    {"pages_relocated", r.pages_relocated},
+                    {"page_moves", r.defrag_moves}};
+  doc["checks"] = {{"passed", r.checks_passed()},
+                   {"rows_checked", r.rows_checked},
+                   {"row_mismatches", r.row_mismatches},
+                   {"nonfinite_outputs", r.nonfinite_outputs},
+                   {"commit_plan_mismatches", r.commit_plan_mismatches},
+                   {"cross_checks", r.cross_checks},
+                   {"cross_checks_skipped", r.cross_checks_skipped},
+                   {"cross_check_failures", r.cross_check_failures},
+                   {"cross_check_max_diff", r.cross_check_max_diff},
+                   {"accept_mismatches", r.accept_mismatches},
+                   {"layout_mismatches", r.layout_mismatches}};
+  doc["trace"] = fmt::format("{:016x}", r.trace);
+  doc["gpu"] = nullptr;
+  if (!r.gpu.verify_ms.empty()) {
     const double vt = stats(r.gpu.verify_ms).total;
     const double dt = stats(r.gpu.defrag_ms).total;
-    f << "  \"gpu\": {\n    \"verify_ms\": " << jstats(r.gpu.verify_ms) << ",\n    \"verify_tflops\": "
-      << jnum(vt > 0 ? r.gpu.verify_flops / (vt * 1e-3) / 1e12 : 0.0) << ",\n    \"device_commit\": "
-      << (r.device_commit ? "true" : "false") << ",\n    \"commit_ms\": " << jstats(r.gpu.commit_ms)
-      << ",\n    \"defrag_ms\": " << jstats(r.gpu.defrag_ms) << ",\n    \"defrag_bytes\": " << r.gpu.defrag_bytes
-      << ",\n    \"defrag_gbps_read_plus_write\": " << jnum(dt > 0 ? 2.0 * r.gpu.defrag_bytes / (dt * 1e-3) / 1e9 : 0.0)
-      << "\n  },\n";
+    doc["gpu"] = {{"verify_ms", json_stats(r.gpu.verify_ms)},
+                  {"verify_tflops", vt > 0 ? r.gpu.verify_flops / (vt * 1e-3) / 1e12 : 0.0},
+                  {"device_commit", r.device_commit},
+                  {"commit_ms", json_stats(r.gpu.commit_ms)},
+                  {"defrag_ms", json_stats(r.gpu.defrag_ms)},
+                  {"defrag_bytes", r.gpu.defrag_bytes},
+                  {"defrag_gbps_read_plus_write", dt > 0 ? 2.0 * r.gpu.defrag_bytes / (dt * 1e-3) / 1e9 : 0.0}};
   }
+  doc["fragmentation"] = nullptr;
   const FragmentationReport& g = r.frag;
-  if (!g.measured) {
-    f << "  \"fragmentation\": null\n}\n";
-    return;
+  if (g.measured) {
+    doc["fragmentation"] = {
+        {"part", "prefix"},
+        {"batch", g.batch},
+        {"q_len", g.q_len},
+        {"heads", g.heads},
+        {"reps", g.reps},
+        {"prefix_rows", g.prefix_rows},
+        {"kv_bytes", g.kv_bytes},
+        {"flops", g.flops},
+        {"churned", json_layout(g.churned, g)},
+        {"defragged", json_layout(g.defragged, g)},
+        {"contiguous_page64", json_layout(g.contiguous, g)},
+        {"final_defrag", {{"page_moves", g.final_defrag_moves}, {"bytes", g.final_defrag_bytes}, {"ms", g.final_defrag_ms}}},
+        {"max_diff", g.max_diff}};
   }
-  f << "  \"fragmentation\": {\"part\": \"prefix\", \"batch\": " << g.batch << ", \"q_len\": " << g.q_len
-    << ", \"heads\": " << g.heads << ", \"reps\": " << g.reps << ", \"prefix_rows\": " << g.prefix_rows
-    << ", \"kv_bytes\": " << jnum(g.kv_bytes) << ", \"flops\": " << jnum(g.flops)
-    << ",\n    \"churned\": " << jlayout(g.churned, g) << ",\n    \"defragged\": " << jlayout(g.defragged, g)
-    << ",\n    \"contiguous_page64\": " << jlayout(g.contiguous, g) << ",\n    \"final_defrag\": {\"page_moves\": "
-    << g.final_defrag_moves << ", \"bytes\": " << g.final_defrag_bytes << ", \"ms\": " << jnum(g.final_defrag_ms)
-    << "},\n    \"max_diff\": " << jnum(g.max_diff) << "}\n}\n";
+  return doc;
 }
 
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
-  const SimulationConfig d;
-  Options opt("simulate",
-              "Serving loop over a churning paged KV pool: requests arrive with random prompts and leave\n"
-              "after a random number of tokens; every round each live request drafts a DDTree from a\n"
-              "synthetic drafter, appends its latent rows, runs verify attention (CPU split design,\n"
-              "cross-checked against the full reference), accepts a path against a synthetic target,\n"
-              "commits the accepted rows and checks them; the pool is defragmented when fragmented.\n"
-              "Deterministic for a seed.\n\n"
-              "--device cuda (a CUDA build with a GPU) keeps the cache on the GPU: verify attention,\n"
-              "acceptance + commit, defrag moves run there, timed with CUDA events; at the end the prefix\n"
-              "pass is timed on the churned pool, after a full defrag and in a fresh contiguous cache.\n"
-              "GLM-5 shapes at long context:\n"
-              "  treemla simulate --device cuda --heads 8 --budget 64 --depth 15 --page-size 1 \\\n"
-              "      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 40");
-  opt.add("rounds", std::to_string(d.rounds), "serving rounds (one verify pass per round)");
-  opt.add("seed", std::to_string(d.seed), "random seed (arrivals, lengths, drafts, targets, data)");
-  opt.add("device", d.device,
-          "where the cache lives and attention, commit and defrag run: cpu, or cuda (a CUDA build and a GPU)");
-  opt.add("heads", std::to_string(d.heads), "query heads of the verify attention, 1..128");
-  opt.add("budget", std::to_string(d.budget), "DDTree budget: draft nodes per tree besides the root, 1..1024");
-  opt.add("depth", std::to_string(d.depth), "DDTree depth limit (drafter block size - 1)");
-  opt.add("topk", std::to_string(d.top_k), "drafter candidates per depth, 1..256");
-  opt.add("page-size", std::to_string(d.page_size), "rows per KV page, a power of two in 1..1024");
-  opt.add("num-pages", std::to_string(d.num_pages),
-          "pages in the pool; 0 = room for --max-requests requests at their largest, plus one");
-  opt.add("max-requests", std::to_string(d.max_requests), "live requests at most (the batch), 1..256");
-  opt.add("prompt-min", std::to_string(d.prompt_min), "shortest prompt, tokens (up to 262144)");
-  opt.add("prompt-max", std::to_string(d.prompt_max), "longest prompt, tokens (up to 262144)");
-  opt.add("gen-min", std::to_string(d.gen_min), "fewest tokens a request generates before it finishes");
-  opt.add("gen-max", std::to_string(d.gen_max), "most tokens a request generates before it finishes");
-  opt.add("policy", "as-freed", "free-list policy: as-freed (FIFO, as servers do) or sorted (lowest page first)");
-  opt.add("defrag-threshold", num(d.defrag_threshold),
-          "defragment when the live requests' pages form more than this many contiguous runs per\n"
-          "      request on average (1 = every request contiguous); 0 = never");
-  opt.add("defrag-max-moves", std::to_string(d.defrag_max_moves),
-          "0 = full defrag; N = partial defrag of at most N page moves");
-  opt.add("accept-prob", num(d.accept_prob),
-          "chance, per tree node, that the synthetic target picks one of the node's drafted children");
-  opt.add("check-every", std::to_string(d.check_every),
-          "every N rounds cross-check split vs full attention and re-read all live rows; 0 = never");
-  opt.add("check-max-context", std::to_string(d.check_max_context),
-          "cross-check only rounds where every prefix is at most N tokens (the double-precision\n"
-          "      reference takes minutes at 128k); 0 = no limit");
-  opt.add("progress-every", std::to_string(d.progress_every), "print a progress line every N rounds; 0 = never");
-  opt.add("frag-report", "auto",
-          "time the prefix pass at the end on the churned pool, after a full defrag and in a fresh\n"
-          "      page-size-64 cache: auto (= on with --device cuda), on, off");
-  opt.add("frag-reps", std::to_string(d.frag_reps), "timed runs per layout in the fragmentation report (median)");
-  opt.add("json", "", "also write the run's numbers (GPU times, fragmentation table) as JSON to this file");
-  bool ok = true;
-  if (!opt.parse(argc, argv, 2, ok)) return ok ? 0 : 2;
-  const SimulationConfig c = parse_config(opt);
+  CLI::App app(
+      "Serving loop over a churning paged KV pool: requests arrive with random prompts and leave after a random\n"
+      "number of tokens; every round each live request drafts a DDTree from a synthetic drafter, appends its\n"
+      "latent rows, runs verify attention (CPU split design, cross-checked against the full reference), accepts\n"
+      "a path against a synthetic target, commits the accepted rows and checks them; the pool is defragmented\n"
+      "when fragmented. Deterministic for a seed.\n\n"
+      "--device cuda (a CUDA build with a GPU) keeps the cache on the GPU: verify attention, acceptance +\n"
+      "commit, defrag moves run there, timed with CUDA events; at the end the prefix pass is timed on the\n"
+      "churned pool, after a full defrag and in a fresh contiguous cache. GLM-5 shapes at long context:\n"
+      "  treemla simulate --device cuda --heads 8 --budget 64 --depth 15 --page-size 1 \\\n"
+      "      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 40\n",
+      "treemla simulate");
+  cli::configure(app);
+  SimulateArgs args;
+  add_options(app, args);
+  if (const auto rc = cli::parse(app, argc, argv, [&] { finish_config(args); })) return *rc;
+  const SimulationConfig& c = args.config;
   require_device(c.device);  // before any output: no GPU is an error (exit 1), not a bad option
-  const std::string json = opt.str("json");
   std::ofstream json_file;
-  if (!json.empty()) {  // before the run, which may take minutes
-    json_file.open(json);
-    if (!json_file) throw std::invalid_argument("--json = '" + json + "' cannot be opened for writing");
+  if (!args.json.empty()) {  // before the run, which may take minutes
+    json_file.open(args.json);
+    if (!json_file) return cli::usage_error(app, "--json: '" + args.json + "' cannot be opened for writing");
   }
-#ifdef TREEMLA_WITH_CUDA
-  install_cuda_backend();
-#endif
-
   print_header(std::cout, c);
   std::cout << std::flush;
-  const SimulationReport r = run_simulation(c, &std::cout);
+  StatusLine status(isatty(STDERR_FILENO) != 0);
+  SimulationHooks hooks;
+  hooks.lines = &std::cout;
+  hooks.progress = [&](const RunProgress& p) { status.update(p); };
+  const SimulationReport r = run_simulation(c, hooks);
+  status.clear();
   print_summary(std::cout, c, r);
   if (json_file.is_open()) {
-    write_json(json_file, c, r);
+    json_file << to_json(c, r).dump(2) << "\n";
     json_file.close();
     if (!json_file) {
-      std::cerr << "treemla simulate: writing " << json << " failed\n";
+      std::cerr << "treemla simulate: writing " << args.json << " failed\n";
       return 1;
     }
   }

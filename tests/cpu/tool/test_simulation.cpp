@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../../../tools/treemla/simulation.h"
+#include "sim/simulation.h"
+#include "tool_test_util.h"
 
 #ifdef TREEMLA_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -18,26 +19,6 @@
 
 namespace treemla::tool {
 namespace {
-
-// Short prompts, small pages, few heads: a run of a few dozen rounds takes milliseconds.
-SimulationConfig small_config() {
-  SimulationConfig c;
-  c.rounds = 40;
-  c.seed = 7;
-  c.heads = 1;
-  c.budget = 15;
-  c.depth = 5;
-  c.top_k = 3;
-  c.page_size = 4;
-  c.max_requests = 3;
-  c.prompt_min = 8;
-  c.prompt_max = 40;
-  c.gen_min = 8;
-  c.gen_max = 24;
-  c.check_every = 5;
-  c.progress_every = 0;
-  return c;
-}
 
 void expect_consistent(const SimulationConfig& c, const SimulationReport& r) {
   EXPECT_TRUE(r.checks_passed()) << "row mismatches " << r.row_mismatches << ", non-finite " << r.nonfinite_outputs
@@ -183,7 +164,7 @@ TEST(Simulation, ProgressLines) {
   c.rounds = 12;
   c.progress_every = 4;
   std::ostringstream os;
-  run_simulation(c, &os);
+  run_simulation(c, {.lines = &os});
   const std::string s = os.str();
   EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 3);
   EXPECT_NE(s.find("round   12"), std::string::npos) << s;
@@ -242,7 +223,7 @@ TEST(Simulation, BadConfigRejectedNamingTheOption) {
       run_simulation(c);
       ADD_FAILURE() << "expected " << k.option << " to be rejected";
     } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind(std::string(k.option) + " = ", 0), 0u)
+      EXPECT_EQ(std::string(e.what()).rfind(std::string(k.option) + ": ", 0), 0u)
           << "message: " << e.what();
     }
   }
@@ -259,23 +240,29 @@ TEST(Simulation, BadConfigRejectedNamingTheOption) {
 }
 
 #ifdef TREEMLA_WITH_CUDA
-// A CUDA build takes --device cuda as an option; making the backend needs a GPU (and the tool,
-// which installs the CUDA backend: this test links only the library). Neither is a bad option,
-// so the error is a runtime_error (exit 1 in the tool), not invalid_argument (exit 2).
+// A CUDA build takes --device cuda as an option; the backend needs a GPU. No GPU is not a bad
+// option, so the error is a runtime_error (exit 1 in the tool), not invalid_argument (exit 2).
+// With a GPU, the CUDA backend (part of treemla_sim) runs the loop and its checks pass.
 TEST(Simulation, CudaDeviceNeedsAGpu) {
   SimulationConfig c = small_config();
   c.device = "cuda";
   EXPECT_NO_THROW(validate_config(c));
   int n = 0;
-  const bool have_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  const std::string want = have_gpu ? "does not include the CUDA simulation backend" : "no CUDA device";
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
+    EXPECT_STREQ(make_backend("cuda", kvpool::PoolConfig{64, 16, kHeadDimQK, 2})->name(), "cuda");
+    const SimulationReport r = run_simulation(c);
+    expect_consistent(c, r);
+    EXPECT_TRUE(r.device_commit);
+    EXPECT_EQ(r.gpu.verify_ms.size(), static_cast<size_t>(c.rounds));
+    return;
+  }
   try {
     make_backend("cuda", kvpool::PoolConfig{64, 16, kHeadDimQK, 2});
-    ADD_FAILURE() << "make_backend(cuda) succeeded in a program without the CUDA backend";
+    ADD_FAILURE() << "make_backend(cuda) succeeded without a GPU";
   } catch (const std::invalid_argument& e) {
     ADD_FAILURE() << "a missing GPU is not a bad option: " << e.what();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
   EXPECT_THROW(run_simulation(c), std::runtime_error);
 }
@@ -303,7 +290,7 @@ TEST(Simulation, GlmFiveLongContextShapesValidate) {
     validate_config(c);
     ADD_FAILURE() << "a 4.5 GiB host cache was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("--num-pages = ", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("--max-requests 16 with --prompt-max 262144", 0), 0u) << e.what();
   }
 #ifdef TREEMLA_WITH_CUDA
   c.device = "cuda";
@@ -448,7 +435,7 @@ TEST(Simulation, DeviceCommitPathMatchesTheHostPath) {
   SimulationConfig c = small_config();
   c.defrag_threshold = 1.0;  // defrags too
   const SimulationReport host = run_simulation(c);
-  const SimulationReport dev = run_simulation(c, nullptr, &host_device);
+  const SimulationReport dev = run_simulation(c, {.backend = &host_device});
   expect_consistent(c, dev);
   EXPECT_FALSE(host.device_commit);
   EXPECT_TRUE(dev.device_commit);
@@ -468,7 +455,7 @@ TEST(Simulation, DeviceCommitPathMatchesTheHostPath) {
 // every row still reads back right, but the mismatch is counted and the run fails its checks.
 TEST(Simulation, DeviceAcceptanceMismatchIsCounted) {
   const SimulationConfig c = small_config();
-  const SimulationReport r = run_simulation(c, nullptr, &corrupt_host_device);
+  const SimulationReport r = run_simulation(c, {.backend = &corrupt_host_device});
   EXPECT_GT(r.accept_mismatches, 0);
   EXPECT_EQ(r.row_mismatches, 0);
   EXPECT_FALSE(r.checks_passed());
@@ -478,7 +465,7 @@ TEST(Simulation, FragmentationReport) {
   SimulationConfig c = small_config();
   c.frag_report = 1;
   c.frag_reps = 3;
-  const SimulationReport r = run_simulation(c, nullptr, &host_device);
+  const SimulationReport r = run_simulation(c, {.backend = &host_device});
   expect_consistent(c, r);
   const FragmentationReport& f = r.frag;
   ASSERT_TRUE(f.measured) << f.skipped;

@@ -1,15 +1,21 @@
-// treemla simulate: the options of the serving loop (SimulationConfig, validate_config) and what a
-// run reports (SimulationReport). The loop itself is simulation.h.
+// treemla_sim: the serving loop behind `treemla simulate`, as a library (public header).
+//
+// Every round, for every live request: build a DDTree from a synthetic drafter, append the tree's
+// latent rows after the request's prefix, run verify attention for the whole batch, accept a path
+// against a synthetic target, commit the accepted rows and check them. Requests arrive with
+// random prompts and leave after a random number of tokens, so the pool fragments; past a
+// threshold the pool is defragmented and every live request's bytes are checked to read back
+// unchanged. SimulationConfig holds the options, SimulationReport what a run did; the loop is
+// simulation.cpp, the backends (where the bytes live) backend.h.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <sstream>
-#include <stdexcept>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
-#include "simulation_backend.h"
+#include "sim/backend.h"
 #include "treemla/attention.h"
 #include "treemla/kvpool.h"
 #include "treemla/tree.h"
@@ -123,85 +129,66 @@ struct SimulationReport {
   }
 };
 
+// Bounds of the integer options: validate_config checks them, the tool's --help shows them.
+struct IntRange {
+  int64_t lo, hi;
+};
+namespace limits {
+inline constexpr IntRange kRounds{1, 10000000};
+inline constexpr IntRange kSeed{0, 4294967295LL};
+inline constexpr IntRange kHeads{1, kMaxHeads};
+inline constexpr IntRange kBudget{1, tree::kMaxBudget};
+inline constexpr IntRange kDepth{1, tree::kMaxBudget};
+inline constexpr IntRange kTopK{1, 256};
+inline constexpr IntRange kPageSize{1, 1024};  // and a power of two
+inline constexpr IntRange kNumPages{0, 1 << 24};
+inline constexpr IntRange kMaxRequests{1, 256};
+inline constexpr IntRange kPromptLen{1, 262144};
+inline constexpr IntRange kGenLen{1, 262144};
+inline constexpr IntRange kDefragMaxMoves{0, int64_t{1} << 30};
+inline constexpr IntRange kCheckEvery{0, 10000000};
+inline constexpr IntRange kCheckMaxContext{0, kMaxPrefixLen};
+inline constexpr IntRange kProgressEvery{0, 10000000};
+inline constexpr IntRange kFragReps{1, 1000};
+}  // namespace limits
+
 // Runs per live request (1 = every request contiguous); 1 for an empty pool.
 inline double runs_per_request(const kvpool::PoolMetrics& m) {
   return m.num_requests ? double(m.total_runs) / m.num_requests : 1.0;
 }
 
 // Rows of one request's tree: 1 + budget, unless the budget exceeds all K + K^2 + .. + K^D paths.
-inline int32_t tree_nodes(const SimulationConfig& c) {
-  int64_t paths = 0, level = 1;
-  for (int d = 1; d <= c.depth && paths < c.budget; ++d) {
-    level = std::min<int64_t>(level * c.top_k, int64_t{c.budget} + 1);  // only "reaches the budget" matters
-    paths += level;
-  }
-  return static_cast<int32_t>(1 + std::min<int64_t>(paths, c.budget));
-}
+int32_t tree_nodes(const SimulationConfig& c);
 
 inline int64_t pages_for_rows(int64_t rows, int page_size) { return (rows + page_size - 1) / page_size; }
 
 // Room for every live request at its largest (prompt_max + gen_max + one tree), plus one free page
 // so that a defrag can always break a cycle.
-inline int64_t default_num_pages(const SimulationConfig& c) {
-  return int64_t{c.max_requests} *
-             pages_for_rows(int64_t{c.prompt_max} + c.gen_max + tree_nodes(c), c.page_size) + 1;
-}
+int64_t default_num_pages(const SimulationConfig& c);
 
-// Throws std::invalid_argument naming the option ("--name = 'value' must be ...").
-inline void validate_config(const SimulationConfig& c) {
-  auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
-    throw std::invalid_argument("--" + name + " = '" + value + "' must be " + want);
-  };
-  auto real = [](double x) {
-    std::ostringstream os;
-    os << x;
-    return os.str();
-  };
-  auto range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
-    if (v < lo || v > hi) bad(name, std::to_string(v), "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  };
-  check_device(c.device);
-  range("rounds", c.rounds, 1, 10000000);
-  range("heads", c.heads, 1, kMaxHeads);
-  range("budget", c.budget, 1, tree::kMaxBudget);
-  range("depth", c.depth, 1, tree::kMaxBudget);
-  range("topk", c.top_k, 1, 256);
-  range("page-size", c.page_size, 1, 1024);
-  if (c.page_size & (c.page_size - 1)) bad("page-size", std::to_string(c.page_size), "a power of two");
-  range("max-requests", c.max_requests, 1, 256);
-  range("prompt-min", c.prompt_min, 1, 262144);
-  range("prompt-max", c.prompt_max, 1, 262144);
-  if (c.prompt_max < c.prompt_min)
-    bad("prompt-max", std::to_string(c.prompt_max), ">= --prompt-min (" + std::to_string(c.prompt_min) + ")");
-  range("gen-min", c.gen_min, 1, 262144);
-  range("gen-max", c.gen_max, 1, 262144);
-  if (c.gen_max < c.gen_min) bad("gen-max", std::to_string(c.gen_max), ">= --gen-min (" + std::to_string(c.gen_min) + ")");
-  range("defrag-max-moves", c.defrag_max_moves, 0, int64_t{1} << 30);
-  range("check-every", c.check_every, 0, 10000000);
-  range("check-max-context", c.check_max_context, 0, kMaxPrefixLen);
-  range("frag-reps", c.frag_reps, 1, 1000);
-  if (c.frag_report < -1 || c.frag_report > 1) bad("frag-report", std::to_string(c.frag_report), "auto, on or off");
-  range("progress-every", c.progress_every, 0, 10000000);
-  if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0)) bad("accept-prob", real(c.accept_prob), "a number in [0, 1]");
-  if (!(c.defrag_threshold == 0.0 || (c.defrag_threshold >= 1.0 && c.defrag_threshold <= 1e9)))
-    bad("defrag-threshold", real(c.defrag_threshold), "0 (off) or a number of runs per request in [1, 1e9]");
-  range("num-pages", c.num_pages, 0, 1 << 24);
-  if (c.num_pages > 0) {
-    // A request must fit alone, or it would wait for admission forever.
-    const int64_t need = pages_for_rows(int64_t{c.prompt_max} + tree_nodes(c), c.page_size);
-    if (c.num_pages < need)
-      bad("num-pages", std::to_string(c.num_pages),
-          "at least " + std::to_string(need) + " (one --prompt-max prompt plus one tree of " +
-              std::to_string(tree_nodes(c)) + " rows), or 0 for the default");
-  }
-  // A host cache is capped at 4 GiB; a device cache at 64 GiB (the loop's host memory stays
-  // proportional to the live requests, and 128k-token requests at page size 1 need ~150 MiB each).
-  const int gib = c.device == "cuda" ? 64 : 4;
-  const int64_t pages = c.num_pages > 0 ? c.num_pages : default_num_pages(c);
-  const int64_t bytes = pages * c.page_size * int64_t{kHeadDimQK} * 2;
-  if (bytes > (int64_t{gib} << 30))
-    bad("num-pages", std::to_string(pages),
-        "small enough for a cache of at most " + std::to_string(gib) + " GiB (--num-pages x --page-size x 1152 B)");
-}
+// Throws std::invalid_argument naming the option ("--name: 'value' must be ...", or for a default
+// pool too large for the cache, the options that size it and a value that fits).
+void validate_config(const SimulationConfig& c);
+
+// How far a run has got, for a live progress display (SimulationHooks::progress).
+struct RunProgress {
+  int64_t round = 0, rounds = 0;  // the round under way (1-based) and the rounds of the run
+  double round_fraction = 0;      // of that round's attention work (verify, due cross-checks) done
+  const char* activity = "";      // what the round is doing: "drafting", "verify", "cross-check"
+  bool line_follows = false;      // a progress line is about to be written to SimulationHooks::lines
+};
+
+struct SimulationHooks {
+  std::ostream* lines = nullptr;  // a progress line every config.progress_every rounds; null: none
+  // Called at the start of each round, as its attention work gets done, and before each line.
+  std::function<void(const RunProgress&)> progress;
+  // Builds the backend instead of make_backend(config.device) (tests use it to run the device
+  // hooks of the loop on the host).
+  BackendFactory backend = nullptr;
+};
+
+// Runs the whole simulation. Throws std::invalid_argument for a bad config (naming the option),
+// treemla::Error if a library call fails.
+SimulationReport run_simulation(const SimulationConfig& config, const SimulationHooks& hooks = {});
 
 }  // namespace treemla::tool

@@ -1,27 +1,23 @@
-// treemla simulate: where the KV bytes live and where verify attention runs.
+// treemla_sim: where the KV bytes live and where verify attention runs (public header).
 //
 // The serving loop (simulation.h) keeps all bookkeeping on the host: the KvPool, the draft trees,
 // acceptance. Everything that touches cache bytes or runs attention goes through SimBackend, so
 // a GPU backend (device memory, kernels, plans applied on a stream) plugs in without changing the
-// loop. The CPU backend below is the reference: a host buffer and the CPU attention code. The
-// CUDA backend is in simulation_cuda.h; a few optional hooks below (defaults: "not supported")
-// let it also accept and commit on the device and time the prefix pass.
+// loop. The CPU backend below is the reference: a host buffer and the CPU attention code
+// (cpu_backend.cpp). The CUDA backend (cuda_backend.cpp, CUDA builds) also accepts and commits
+// on the device and times the prefix pass, through the optional hooks below (defaults: "not
+// supported").
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "treemla/attention.h"
 #include "treemla/kvpool.h"
-
-#ifdef TREEMLA_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace treemla::tool {
 
@@ -114,100 +110,67 @@ class SimBackend {
                                            PrefixTiming& /*out*/) {
     return false;
   }
-};
 
-// The reference backend: a host buffer of bf16 latent rows, [num_pages, page_size, row_width].
-class CpuBackend final : public SimBackend {
- public:
-  explicit CpuBackend(const kvpool::PoolConfig& config)
-      : config_(config), cache_(static_cast<size_t>(config.num_pages) * config.page_size * config.row_width, 0) {}
+  // verify() and verify_reference() call `f` with the fraction of their work done as they go
+  // (the CPU backend after each piece of a long call; a backend may never call it). Empty: none.
+  void set_work_callback(std::function<void(double)> f) { work_callback_ = std::move(f); }
 
-  const char* name() const override { return "cpu"; }
-
-  void write_rows(std::span<const kvpool::RowSlot> slots, std::span<const uint16_t> rows) override {
-    const size_t w = static_cast<size_t>(config_.row_width);
-    for (size_t i = 0; i < slots.size(); ++i) {
-      std::copy(rows.begin() + i * w, rows.begin() + (i + 1) * w, row_ptr(slots[i]));
-    }
-  }
-
-  std::vector<uint64_t> hash_rows(std::span<const kvpool::RowSlot> slots) override {
-    std::vector<uint64_t> out(slots.size());
-    for (size_t i = 0; i < slots.size(); ++i) out[i] = hash_row(row_ptr(slots[i]), config_.row_width);
-    return out;
-  }
-
-  void apply_commit(const kvpool::CommitPlan& plan) override { kvpool::apply_plan(config_, plan, cache_.data()); }
-  void apply_defrag(const kvpool::DefragPlan& plan) override { kvpool::apply_plan(config_, plan, cache_.data()); }
-
-  void verify(VerifyParams p, float* o, float* lse) override {
-    p.kv_cache = cache_.data();
-    p.part = VerifyPart::kAll;
-    cpu::verify_split(p, o, lse);
-  }
-  void verify_reference(VerifyParams p, float* o, float* lse) override {
-    p.kv_cache = cache_.data();
-    p.part = VerifyPart::kAll;
-    cpu::verify_full(p, o, lse);
+ protected:
+  void report_work(double fraction) const {
+    if (work_callback_) work_callback_(fraction);
   }
 
  private:
-  uint16_t* row_ptr(kvpool::RowSlot s) {
-    return cache_.data() + (static_cast<size_t>(s.page) * config_.page_size + s.slot) * config_.row_width;
-  }
+  std::function<void(double)> work_callback_;
+};
+
+// The reference backend: a host buffer of bf16 latent rows, [num_pages, page_size, row_width].
+// A verify call of more than `piece_flops` runs in pieces of about that much work, one request
+// or a group of its heads at a time, so that the loop can show progress; every (row, head) is
+// computed on its own, so the pieces give the same bits as one call.
+class CpuBackend final : public SimBackend {
+ public:
+  static constexpr double kPieceFlops = 2e9;  // about a quarter of a second on one core
+
+  explicit CpuBackend(const kvpool::PoolConfig& config, double piece_flops = kPieceFlops);
+
+  const char* name() const override { return "cpu"; }
+  void write_rows(std::span<const kvpool::RowSlot> slots, std::span<const uint16_t> rows) override;
+  std::vector<uint64_t> hash_rows(std::span<const kvpool::RowSlot> slots) override;
+  void apply_commit(const kvpool::CommitPlan& plan) override;
+  void apply_defrag(const kvpool::DefragPlan& plan) override;
+  void verify(VerifyParams p, float* o, float* lse) override;
+  void verify_reference(VerifyParams p, float* o, float* lse) override;
+
+ private:
+  using VerifyFn = void (*)(const VerifyParams&, float*, float*);
+  void in_pieces(VerifyFn fn, VerifyParams p, float* o, float* lse);
+  uint16_t* row_ptr(kvpool::RowSlot s);
 
   kvpool::PoolConfig config_;
+  double piece_flops_;
   std::vector<uint16_t> cache_;
 };
 
-// Option check only (no device is touched): cpu always; cuda in a CUDA build.
-inline void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device == "cuda") {
-#ifdef TREEMLA_WITH_CUDA
-    return;
-#else
-    throw std::invalid_argument("--device = 'cuda' is not available in this build; use --device cpu");
-#endif
-  }
-  throw std::invalid_argument("--device = '" + device + "' must be cpu or cuda");
-}
+// Option check only (no device is touched): cpu always; cuda in a CUDA build. Throws
+// std::invalid_argument naming --device.
+void check_device(const std::string& device);
 
 // For cuda: throws std::runtime_error (exit 1 in the tool, unlike a bad option) when no GPU is
 // visible. Nothing to do for cpu.
-inline void require_device(const std::string& device) {
-  check_device(device);
+void require_device(const std::string& device);
+
+// The backend of a device: CpuBackend, or in a CUDA build with a GPU the CUDA backend.
+std::unique_ptr<SimBackend> make_backend(const std::string& device, const kvpool::PoolConfig& config,
+                                         const BackendLimits& limits = {});
+
 #ifdef TREEMLA_WITH_CUDA
-  if (device != "cuda") return;
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n < 1) {
-    const std::string why = e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
-                                             : std::string("0 devices");
-    throw std::runtime_error("--device cuda: no CUDA device is visible (cudaGetDeviceCount: " + why +
-                             "); use --device cpu");
-  }
+// The CUDA backend (cuda_backend.cpp): the cache in device memory, every operation on the GPU.
+// make_backend("cuda") calls it.
+std::unique_ptr<SimBackend> make_cuda_backend(const kvpool::PoolConfig& config, const BackendLimits& limits);
 #endif
-}
 
-// The CUDA backend is compiled into the tool alone (simulation_cuda.h; the tests link only the
-// library), so the tool installs its constructor here before it runs (install_cuda_backend).
+// Builds a backend for a loop (SimulationHooks::backend); tests use their own.
 using BackendFactory = std::unique_ptr<SimBackend> (*)(const kvpool::PoolConfig&, const BackendLimits&);
-inline BackendFactory& cuda_backend_factory() {
-  static BackendFactory factory = nullptr;
-  return factory;
-}
-
-inline std::unique_ptr<SimBackend> make_backend(const std::string& device, const kvpool::PoolConfig& config,
-                                                const BackendLimits& limits = {}) {
-  require_device(device);
-  if (device == "cuda") {
-    if (!cuda_backend_factory())
-      throw std::runtime_error("--device cuda: this program does not include the CUDA simulation backend "
-                               "(the treemla tool does)");
-    return cuda_backend_factory()(config, limits);
-  }
-  return std::make_unique<CpuBackend>(config);
-}
 
 }  // namespace treemla::tool

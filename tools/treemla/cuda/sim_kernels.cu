@@ -1,17 +1,17 @@
-// treemla simulate --device cuda: the few kernels the CUDA backend needs besides the library's
-// (verify attention, plan application, acceptance, commit). They move whole latent rows or
-// hash them; nothing here is on the timed path of a round. The backend itself is host code in
-// simulation_cuda.h (C++20, like the loop); this file is compiled as C++17 by nvcc, so it
-// shares only the plain launcher declarations with it.
+// treemla simulate --device cuda: the few kernels the CUDA backend (sim/cuda_backend.cpp) needs
+// besides the library's (verify attention, plan application, acceptance, commit). They move
+// whole latent rows or hash them; nothing here is on the timed path of a round. The backend is
+// host C++20, like the loop; this file is C++17 for nvcc and shares only the launcher
+// declarations of tool_kernels.h with it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda/common/check.h"
-#include "simulation_cuda.h"
+#include "cuda/tool_kernels.h"
 
-namespace treemla::tool::simcuda {
+namespace treemla::tool::kernels {
 
 namespace {
 
@@ -33,7 +33,7 @@ __global__ void scatter_rows_kernel(uint4* cache, int32_t page_size, int32_t chu
   }
 }
 
-// hash_row (simulation_backend.h) of each slot's row, one thread per row: FNV-1a is a serial
+// hash_row (sim/backend.h) of each slot's row, one thread per row: FNV-1a is a serial
 // chain over the elements, so a row cannot be split across threads. Elements are read eight at
 // a time as one 16-byte vector; element 2k is the low half of 32-bit word k (little endian).
 __global__ void hash_rows_kernel(const uint4* cache, int32_t page_size, int32_t chunks, const int32_t* slots,
@@ -141,4 +141,4 @@ void relayout_rows(const void* src, int32_t src_page_size, const int32_t* src_ta
   TREEMLA_CHECK_LAUNCH("relayout_rows_kernel");
 }
 
-}  // namespace treemla::tool::simcuda
+}  // namespace treemla::tool::kernels

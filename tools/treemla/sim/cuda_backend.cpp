@@ -1,42 +1,15 @@
-// treemla simulate --device cuda: the CUDA backend of the serving loop (simulation.h).
+// treemla_sim: the CUDA backend of the serving loop (simulation.h), for --device cuda.
 //
 // The bytes live in a device cache of bf16 latent rows, [num_pages, page_size, 576]; every
 // operation of SimBackend runs there: rows are scattered and hashed by small kernels
-// (simulation_cuda.cu), plans are applied with the library's kernels (treemla/cuda/kvpool.h),
+// (cuda/tool_kernels.h), plans are applied with the library's kernels (treemla/cuda/kvpool.h),
 // verify attention is cuda::verify_attention, and acceptance + commit run on the device
 // (device_commit, way (2) of treemla/cuda/kvpool.h). Buffers are device memory that grows as
 // needed and is kept, so rounds in steady state allocate nothing; everything runs on one stream.
 // GPU times come from CUDA events around the kernels alone (uploads and downloads excluded).
-//
-// Two parts: the kernel launchers (C++17, compiled by nvcc into simulation_cuda.cu) and the
-// backend class (C++20 host code, as the loop; only the tool includes it, see simulate.cpp).
-#pragma once
-
+// Host C++20, like the loop; the kernels are C++17 in cuda/sim_kernels.cu.
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
-
-namespace treemla::tool::simcuda {
-
-// Device pointers; slots are [n, 2] int32 (page, slot) pairs (kvpool::RowSlot); rows are
-// row_bytes (a multiple of 16) apart. Each launch is checked; none synchronizes.
-void scatter_rows(void* cache, int32_t page_size, int64_t row_bytes, const int32_t* slots, const void* rows,
-                  int64_t n, cudaStream_t stream);
-// out[i] = hash_row of the row at slots[i]; the elements are 16-bit.
-void hash_rows(const void* cache, int32_t page_size, int64_t row_bytes, const int32_t* slots, int64_t n,
-               uint64_t* out, cudaStream_t stream);
-// out page i = cache page pages[i].
-void gather_pages(const void* cache, int64_t page_bytes, const int32_t* pages, int64_t n, void* out,
-                  cudaStream_t stream);
-// Logical rows [0, rows[b]) of each request b < batch, from src through src_table ([batch,
-// src_stride]) to dst through dst_table ([batch, dst_stride]); max_rows >= every rows[b].
-void relayout_rows(const void* src, int32_t src_page_size, const int32_t* src_table, int32_t src_stride, void* dst,
-                   int32_t dst_page_size, const int32_t* dst_table, int32_t dst_stride, const int32_t* rows,
-                   int32_t batch, int64_t max_rows, int64_t row_bytes, cudaStream_t stream);
-
-}  // namespace treemla::tool::simcuda
-
-#if __cplusplus >= 202002L
 #include <algorithm>
 #include <memory>
 #include <span>
@@ -44,13 +17,14 @@ void relayout_rows(const void* src, int32_t src_page_size, const int32_t* src_ta
 #include <vector>
 
 #include "cuda/common/check.h"
-#include "simulation_backend.h"
+#include "cuda/tool_kernels.h"
+#include "sim/backend.h"
 #include "treemla/cuda/kvpool.h"
 #include "treemla/cuda/verify.h"
 
 namespace treemla::tool {
 
-namespace simcuda {
+namespace {
 
 // Device memory that only grows. reserve() synchronizes the stream before it frees a block,
 // since work still queued may read it; the old contents are dropped.
@@ -142,8 +116,6 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
-}  // namespace simcuda
-
 class CudaBackend final : public SimBackend {
  public:
   CudaBackend(const kvpool::PoolConfig& config, const BackendLimits& limits) : config_(config) {
@@ -175,7 +147,7 @@ class CudaBackend final : public SimBackend {
     verified_ = false;
     const int32_t* d_slots = slots_.upload(reinterpret_cast<const int32_t*>(slots.data()), 2 * slots.size(), stream());
     const uint16_t* d_rows = staging_.upload(rows.data(), rows.size(), stream());
-    simcuda::scatter_rows(cache(), config_.page_size, config_.row_bytes(), d_slots, d_rows,
+    kernels::scatter_rows(cache(), config_.page_size, config_.row_bytes(), d_slots, d_rows,
                           static_cast<int64_t>(slots.size()), stream());
     // The next write reuses the staging buffer; uploads are ordered after this kernel on the
     // stream, so no synchronization is needed here.
@@ -189,9 +161,9 @@ class CudaBackend final : public SimBackend {
     check_slots(slots);
     const int32_t* d_slots = slots_.upload(reinterpret_cast<const int32_t*>(slots.data()), 2 * slots.size(), stream());
     auto* d_out = static_cast<uint64_t*>(hashes_.reserve(slots.size() * sizeof(uint64_t), stream()));
-    simcuda::hash_rows(cache(), config_.page_size, config_.row_bytes(), d_slots, static_cast<int64_t>(slots.size()),
+    kernels::hash_rows(cache(), config_.page_size, config_.row_bytes(), d_slots, static_cast<int64_t>(slots.size()),
                        d_out, stream());
-    simcuda::download(out.data(), d_out, out.size(), stream());
+    download(out.data(), d_out, out.size(), stream());
     sync();
     return out;
   }
@@ -272,9 +244,9 @@ class CudaBackend final : public SimBackend {
     const int32_t* d_pages = pages_.upload(pages.data(), pages.size(), stream());
     const size_t bytes = pages.size() * static_cast<size_t>(config_.page_bytes());
     void* d_copy = staging_.reserve(bytes, stream());
-    simcuda::gather_pages(cache(), config_.page_bytes(), d_pages, static_cast<int64_t>(pages.size()), d_copy, stream());
+    kernels::gather_pages(cache(), config_.page_bytes(), d_pages, static_cast<int64_t>(pages.size()), d_copy, stream());
     std::vector<uint16_t> host(bytes / 2);
-    simcuda::download(host.data(), d_copy, host.size(), stream());
+    download(host.data(), d_copy, host.size(), stream());
     sync();
     p.kv_cache = host.data();
     p.num_pages = static_cast<int>(pages.size());
@@ -327,7 +299,7 @@ class CudaBackend final : public SimBackend {
     cuda::commit_accepted(cp, stream());
     timer_.stop(stream());
     std::vector<int32_t> host(acc_n + 5 * B);
-    simcuda::download(host.data(), outs, host.size(), stream());
+    download(host.data(), outs, host.size(), stream());
     sync();
     last_ms_ = timer_.ms();
     for (size_t b = 0; b < B; ++b) {
@@ -377,11 +349,11 @@ class CudaBackend final : public SimBackend {
     }
     const int32_t num_pages = std::max(base[p.batch], 1);
     const size_t bytes = static_cast<size_t>(num_pages) * page_size * static_cast<size_t>(config_.row_bytes());
-    simcuda::DeviceBuffer fresh, fresh_table, d_rows;
+    DeviceBuffer fresh, fresh_table, d_rows;
     void* fresh_cache = fresh.reserve(bytes, stream());
     TREEMLA_CUDA_CHECK(cudaMemsetAsync(fresh_cache, 0, bytes, stream()));
     const int32_t* dt = fresh_table.upload(table.data(), table.size(), stream());
-    simcuda::relayout_rows(cache(), config_.page_size, d.page_table, d.page_table_stride, fresh_cache, page_size, dt,
+    kernels::relayout_rows(cache(), config_.page_size, d.page_table, d.page_table_stride, fresh_cache, page_size, dt,
                            static_cast<int32_t>(stride), d_rows.upload(rows.data(), rows.size(), stream()), p.batch,
                            max_rows, config_.row_bytes(), stream());
     d.kv_cache = fresh_cache;
@@ -443,8 +415,8 @@ class CudaBackend final : public SimBackend {
   // o (bf16 on the device) and lse to host floats; synchronizes.
   void download_outputs(int64_t rows, const void* d_o, const float* d_lse, float* o, float* lse) {
     o_host_.resize(static_cast<size_t>(rows) * kHeadDimV);
-    simcuda::download(o_host_.data(), d_o, o_host_.size(), stream());
-    simcuda::download(lse, d_lse, static_cast<size_t>(rows), stream());
+    download(o_host_.data(), d_o, o_host_.size(), stream());
+    download(lse, d_lse, static_cast<size_t>(rows), stream());
     sync();
     for (size_t i = 0; i < o_host_.size(); ++i) o[i] = bf16_to_float(o_host_[i]);
   }
@@ -476,13 +448,13 @@ class CudaBackend final : public SimBackend {
   }
 
   kvpool::PoolConfig config_;
-  simcuda::Stream stream_;  // declared before the buffers, so destroyed after them
-  simcuda::EventTimer timer_;
-  simcuda::DeviceBuffer cache_, move_ws_, ws_;
+  Stream stream_;  // declared before the buffers, so destroyed after them
+  EventTimer timer_;
+  DeviceBuffer cache_, move_ws_, ws_;
   // Per-call uploads and outputs, reused round after round.
-  simcuda::DeviceBuffer slots_, staging_, hashes_, moves_, waves_, pages_;
-  simcuda::DeviceBuffer q_, table_, prefix_, indptr_, mask_, o_, lse_;
-  simcuda::DeviceBuffer parents_, tokens_, targets_, commit_out_;
+  DeviceBuffer slots_, staging_, hashes_, moves_, waves_, pages_;
+  DeviceBuffer q_, table_, prefix_, indptr_, mask_, o_, lse_;
+  DeviceBuffer parents_, tokens_, targets_, commit_out_;
   std::vector<uint16_t> o_host_;
   cuda::VerifyPlan plan_;
   bool have_plan_ = false;
@@ -492,12 +464,10 @@ class CudaBackend final : public SimBackend {
   double last_ms_ = -1.0;
 };
 
-// Lets make_backend("cuda") build a CudaBackend in this program (the tool calls it once).
-inline void install_cuda_backend() {
-  cuda_backend_factory() = [](const kvpool::PoolConfig& config, const BackendLimits& limits) -> std::unique_ptr<SimBackend> {
-    return std::make_unique<CudaBackend>(config, limits);
-  };
+}  // namespace
+
+std::unique_ptr<SimBackend> make_cuda_backend(const kvpool::PoolConfig& config, const BackendLimits& limits) {
+  return std::make_unique<CudaBackend>(config, limits);
 }
 
 }  // namespace treemla::tool
-#endif

@@ -1,32 +1,24 @@
-// treemla simulate: a serving loop over a churning KV pool, on synthetic data.
+// treemla_sim: the serving loop over a churning KV pool, on synthetic data (simulation.h says
+// what a round does).
 //
-// Every round, for every live request: build a DDTree from a synthetic drafter, append the tree's
-// latent rows after the request's prefix, run verify attention for the whole batch, accept a path
-// against a synthetic target, commit the accepted rows (KvPool plan applied to the cache) and
-// check them. Requests arrive with random prompts and leave after a random number of tokens, so
-// the pool fragments; when the fragmentation passes a threshold the pool is defragmented and every
-// live request's bytes are checked to read back unchanged.
-//
-// Header-only so that the tool and its tests (which link only the library) share one copy.
 // Two random streams, both seeded from the seed: `control` decides arrivals, lengths, drafts and
 // target choices; `data` fills latent rows and queries. So the serving trajectory (acceptance,
 // churn, defrags) does not change with --heads or the backend. Integers and uniforms are drawn
 // from raw mt19937 outputs, not the standard distributions, so a seed means the same run on every
 // standard library.
 //
-// With --device cuda the bytes live on the GPU (simulation_cuda.h) and each round also accepts
+// With --device cuda the bytes live on the GPU (cuda_backend.cpp) and each round also accepts
 // and commits on the device (SimBackend::device_commit), checked against the host's
 // tree::accept_path; at the end a fragmentation report times the prefix pass on the churned
 // pool, after a full defrag and in a fresh contiguous cache. The trajectory (acceptance, churn,
 // defrags) is the CPU one for the same seed; attention outputs, and so the trace, differ.
-#pragma once
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -35,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "simulation_backend.h"
-#include "simulation_config.h"
+#include "sim/backend.h"
+#include "sim/simulation.h"
 #include "treemla/attention.h"
 #include "treemla/dtype.h"
 #include "treemla/error.h"
@@ -45,7 +37,7 @@
 
 namespace treemla::tool {
 
-namespace sim_detail {
+namespace {
 
 class Rng {
  public:
@@ -62,7 +54,7 @@ class Rng {
   std::mt19937 eng_;
 };
 
-inline uint64_t mix(uint64_t h, uint64_t v) {
+uint64_t mix(uint64_t h, uint64_t v) {
   v *= 0x9e3779b97f4a7c15ull;
   v ^= v >> 32;
   return (h ^ v) * 0x100000001b3ull + 0x632be59bd9b4e019ull;
@@ -96,11 +88,11 @@ struct Work {  // one request's share of a round
 
 class Simulation {
  public:
-  Simulation(const SimulationConfig& c, std::ostream* progress, BackendFactory factory = nullptr)
-      : cfg_(validated(c)), progress_(progress), control_(c.seed), data_(c.seed ^ 0x5bd1e995u),
-        nodes_(tree_nodes(c)), pool_(pool_config(c)) {
+  Simulation(const SimulationConfig& c, const SimulationHooks& hooks)
+      : cfg_(validated(c)), hooks_(hooks), control_(c.seed), data_(c.seed ^ 0x5bd1e995u), nodes_(tree_nodes(c)),
+        pool_(pool_config(c)) {
     const BackendLimits limits{c.max_requests, int64_t{c.max_requests} * nodes_, c.heads};
-    backend_ = factory ? factory(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
+    backend_ = hooks.backend ? hooks.backend(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
     report_.num_pages = pool_.config().num_pages;
     report_.tree_nodes = nodes_;
     report_.acceptance_histogram.assign(static_cast<size_t>(c.depth) + 2, 0);
@@ -137,6 +129,7 @@ class Simulation {
   }
 
   void round(int64_t r) {
+    report_progress(r, "drafting", 0.0);
     admit();
     std::vector<Work> work = grow_trees();
     if (!work.empty()) verify_batch(work, r);
@@ -144,7 +137,30 @@ class Simulation {
     std::erase_if(live_, [](const LiveRequest& q) { return q.gone; });
     maybe_defrag(r);
     if (cfg_.check_every > 0 && r % cfg_.check_every == 0) check_all_rows();
-    if (progress_ && cfg_.progress_every > 0 && r % cfg_.progress_every == 0) print_progress(r);
+    if (hooks_.lines && cfg_.progress_every > 0 && r % cfg_.progress_every == 0) {
+      report_progress(r, "", 1.0, true);
+      print_progress(r);
+    }
+  }
+
+  void report_progress(int64_t r, const char* activity, double round_fraction, bool line_follows = false) {
+    if (!hooks_.progress) return;
+    RunProgress p;
+    p.round = r;
+    p.rounds = cfg_.rounds;
+    p.round_fraction = round_fraction;
+    p.activity = activity;
+    p.line_follows = line_follows;
+    hooks_.progress(p);
+  }
+
+  // While the backend runs `call`, reports its work as the share [first, first + share) of round r.
+  template <class Call>
+  void with_progress(int64_t r, const char* activity, double first, double share, Call&& call) {
+    if (hooks_.progress)
+      backend_->set_work_callback([=, this](double f) { report_progress(r, activity, first + share * f); });
+    call();
+    backend_->set_work_callback(nullptr);
   }
 
   // Admits arrivals while there is a free slot and room for the prompt and its first tree.
@@ -307,8 +323,11 @@ class Simulation {
     const VerifyParams p = params(bt);
     const size_t rows = static_cast<size_t>(bt.layout.total_q) * H;
     std::vector<float> o(rows * kHeadDimV), lse(rows);
+    // The attention work of the round: verify, and on due rounds the cross-check (about as much).
+    const bool check_due = cfg_.check_every > 0 && r % cfg_.check_every == 0;
+    const double verify_share = check_due ? 0.5 : 1.0;
     const auto t0 = std::chrono::steady_clock::now();
-    backend_->verify(p, o.data(), lse.data());
+    with_progress(r, "verify", 0.0, verify_share, [&] { backend_->verify(p, o.data(), lse.data()); });
     report_.verify_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++report_.verify_calls;
     const double gpu_ms = backend_->last_gpu_ms();
@@ -333,11 +352,11 @@ class Simulation {
     }
     report_.verify_flops += flops;
     if (gpu_ms >= 0) report_.gpu.verify_flops += flops;
-    if (cfg_.check_every > 0 && r % cfg_.check_every == 0) {
+    if (check_due) {
       if (cfg_.check_max_context > 0 && longest > cfg_.check_max_context) {
         ++report_.cross_checks_skipped;
       } else {
-        cross_check(p, o, lse);
+        with_progress(r, "cross-check", verify_share, 1.0 - verify_share, [&] { cross_check(p, o, lse); });
       }
     }
   }
@@ -610,11 +629,11 @@ class Simulation {
                   static_cast<long long>(r), static_cast<int>(live_.size()),
                   static_cast<long long>(report_.tokens_committed), report_.mean_acceptance(), m.pages_used,
                   m.pages_free, m.mean_run_length, runs_per_request(m), static_cast<long long>(report_.defrags.size()));
-    *progress_ << line << std::flush;
+    *hooks_.lines << line << std::flush;
   }
 
   SimulationConfig cfg_;
-  std::ostream* progress_;
+  SimulationHooks hooks_;
   Rng control_, data_;
   int32_t nodes_;
   kvpool::KvPool pool_;
@@ -626,15 +645,10 @@ class Simulation {
   SimulationReport report_;
 };
 
-}  // namespace sim_detail
+}  // namespace
 
-// Runs the whole simulation. Throws std::invalid_argument for a bad config (naming the option),
-// treemla::Error if a library call fails. progress: where progress lines go (nullptr: none).
-// backend: builds the backend instead of make_backend(config.device) (tests use it to run the
-// device hooks of the loop on the host).
-inline SimulationReport run_simulation(const SimulationConfig& config, std::ostream* progress = nullptr,
-                                       BackendFactory backend = nullptr) {
-  sim_detail::Simulation sim(config, progress, backend);
+SimulationReport run_simulation(const SimulationConfig& config, const SimulationHooks& hooks) {
+  Simulation sim(config, hooks);
   return sim.run();
 }
 
