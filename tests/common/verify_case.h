@@ -288,7 +288,11 @@ struct VerifyCase {
   }
 
   // Row `code` of the 64 x 64 Sylvester-Hadamard matrix, entry j: +1 or -1.
-  static double hadamard(int code, int j) { return (__builtin_popcount(static_cast<unsigned>(code & j)) & 1) ? -1.0 : 1.0; }
+  static double hadamard(int code, int j) {
+    int parity = 0;  // of the bits code and j share
+    for (unsigned x = static_cast<unsigned>(code & j); x != 0; x &= x - 1) parity ^= 1;
+    return parity ? -1.0 : 1.0;
+  }
 
   float load(const std::vector<uint8_t>& buf, int64_t i) const { return load_as_float(buf.data(), i, spec.dtype); }
 
