@@ -124,6 +124,10 @@ struct PoolMetrics {
 
 // ---- the pool ---------------------------------------------------------------------------------
 
+// Defined only by tests, which use it to corrupt a copy of a pool on purpose and show that
+// check_invariants notices; the library itself never defines it.
+struct KvPoolTestAccess;
+
 class KvPool {
  public:
   explicit KvPool(const PoolConfig& config);  // validates config; all pages free, ascending
@@ -176,8 +180,11 @@ class KvPool {
   DefragPlan plan_defrag() const;
   DefragPlan defrag();
   // Partial defrag with at most max_moves >= 0 moves: requests that are not contiguous, cheapest
-  // first, are each moved into the range of pages that are free or their own which keeps most of
-  // their pages in place, while the moves fit in the budget. Other requests are not touched.
+  // first (fewest moves in the layout before the call, scratch hops of cycles included; equal
+  // costs in id order), are each moved into the range of pages that are free or their own which
+  // keeps most of their pages in place, when their moves still fit in the budget (a request that
+  // does not fit is passed over and the following ones are still tried). Other requests are not
+  // touched.
   DefragPlan plan_partial_defrag(int64_t max_moves) const;
   DefragPlan partial_defrag(int64_t max_moves);
 
@@ -189,19 +196,27 @@ class KvPool {
   // stays). Moves in increasing k are safe in place: the destination row prefix_len + k is
   // below every later source row prefix_len + accepted[j] >= prefix_len + j > prefix_len + k.
   // The plan lists them by wave, then k: move k goes one wave after the move that reads row
-  // prefix_len + k (the j < k with accepted[j] == k), so plan order is safe as well. A path that
-  // skips one node and then follows a chain gives one wave per move; a single CTA looping over
-  // the waves, or gather-to-staging then scatter, handles that in one launch.
+  // prefix_len + k (the j < k with accepted[j] == k), so plan order is safe as well. That is the
+  // fewest waves possible: move j must run before move accepted[j] (it reads the row that one
+  // overwrites), so a chain of moves j, accepted[j], accepted[accepted[j]], ... needs one wave
+  // per move, and num_waves is exactly the length of the longest such chain (one wave when no
+  // move reads a row another move writes). A path that skips one node and then follows a chain
+  // gives one wave per move; a single CTA looping over the waves, or gather-to-staging then
+  // scatter, handles that in one launch.
   CommitPlan commit_accepted(int64_t request, int64_t prefix_len,
                              std::span<const int32_t> accepted);
 
-  // Throws if the bookkeeping is inconsistent (a page owned twice, lost, or both free and owned;
-  // a page count that does not match the token count). For tests.
+  // Throws if the bookkeeping is inconsistent: a request whose page count does not match its
+  // token count, or holding a page outside [0, num_pages); a page held twice; a free page outside
+  // [0, num_pages), free twice, or both free and held; a page neither free nor held (lost).
+  // For tests.
   void check_invariants() const;
 
   bool operator==(const KvPool&) const = default;
 
  private:
+  friend struct KvPoolTestAccess;
+
   struct Request {
     int64_t num_tokens = 0;
     std::vector<int32_t> pages;

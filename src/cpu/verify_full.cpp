@@ -1,9 +1,11 @@
 // treemla: the specification of verify attention, computed naively in double precision.
 //
 // For each request it writes down the [q_len x (prefix_len + q_len)] visibility matrix, then
-// runs a plain (two-pass, not online) masked softmax per query row and head. It shares only the
-// dot-product inner loops (cpu/dot_kernels.h) with the split implementation, and the
-// hand-computed tests pin those down, so the two can check each other.
+// runs a plain (two-pass, not online) masked softmax per (node, head) row: every logit is one
+// loop over the 576 columns, every output one loop over the visible keys. It is an independent
+// oracle: it shares no code with verify_split or the kernels, not even the element loads (the
+// bf16 / fp16 decoding below is written out here, from the formats' definitions), so a bug in
+// a shared helper cannot hide in both. Only the argument checks (validate) are common.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,7 +13,6 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/dot_kernels.h"
 #include "treemla/attention.h"
 #include "treemla/error.h"
 
@@ -19,13 +20,25 @@ namespace treemla::cpu {
 
 namespace {
 
-using detail::axpy4;
-using detail::dot_qk4;
-
-constexpr int64_t kTile = 32;  // rows per cache tile
-
-void load_elements(const void* src, int64_t first, int n, DType dtype, double* dst) {
-  for (int c = 0; c < n; ++c) dst[c] = load_as_float(src, first + c, dtype);
+// Element i of a q or kv_cache buffer as a double, decoded from its bit pattern.
+//   bf16: the upper 16 bits of an IEEE binary32.
+//   fp16: sign, 5 exponent bits (bias 15), 10 mantissa bits; exponent 0 is subnormal
+//         (mantissa * 2^-24), exponent 31 is inf or NaN.
+double element(const void* buffer, int64_t i, DType dtype) {
+  if (dtype == DType::kFP32) return static_cast<const float*>(buffer)[i];
+  const uint16_t h = static_cast<const uint16_t*>(buffer)[i];
+  if (dtype == DType::kBF16) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  const double sign = (h & 0x8000u) ? -1.0 : 1.0;
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  if (exponent == 31) return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
 }
 
 }  // namespace
@@ -38,107 +51,89 @@ void verify_full(const VerifyParams& p, float* o, float* lse) {
   const int H = p.num_heads;
   const bool see_prefix = p.part != VerifyPart::kTail;
   const bool see_tail = p.part != VerifyPart::kPrefix;
-  const double ninf = -std::numeric_limits<double>::infinity();
 
-  std::vector<uint8_t> vis, needed;
-  std::vector<double> kv, q, s, acc;
+  std::vector<uint8_t> visible;  // [n_kv, q_len]: visible[t * q_len + i] = node i sees logical row t
+  std::vector<double> q, key, weights, row_max, sum, acc;
   for (int b = 0; b < p.batch; ++b) {
     const int64_t q0 = p.q_indptr[b];
     const int q_len = p.q_indptr[b + 1] - p.q_indptr[b];
     const int64_t prefix = p.prefix_lens[b];
     if (q_len == 0) continue;
-    const int64_t n_kv = prefix + q_len;
+    const int64_t n_kv = prefix + q_len;  // logical rows: the prefix, then tail node j at prefix + j
+    const int64_t rows = static_cast<int64_t>(q_len) * H;  // (node, head) row r = node * H + head
 
-    // vis[i * n_kv + t]: node i sees logical row t.
-    vis.assign(static_cast<size_t>(q_len * n_kv), 0);
-    for (int i = 0; i < q_len; ++i) {
-      uint8_t* row = &vis[static_cast<size_t>(i * n_kv)];
-      const uint64_t* mask = p.tree_mask + (q0 + i) * p.mask_words;
-      for (int64_t t = 0; t < prefix; ++t) row[t] = see_prefix;
-      for (int j = 0; j < q_len; ++j) row[prefix + j] = see_tail && ((mask[j / 64] >> (j % 64)) & 1u);
-    }
-
-    // Load only the rows someone sees: a part must never touch the other part's pages.
-    needed.assign(static_cast<size_t>(n_kv), 0);
-    for (int i = 0; i < q_len; ++i)
-      for (int64_t t = 0; t < n_kv; ++t) needed[t] |= vis[i * n_kv + t];
-    kv.assign(static_cast<size_t>(n_kv * kHeadDimQK), 0.0);
-    for (int64_t t = 0; t < n_kv; ++t) {
-      if (!needed[t]) continue;
+    // The full visibility matrix: node i sees the whole prefix and the tail nodes of its mask row.
+    visible.assign(static_cast<size_t>(n_kv * q_len), 0);
+    for (int64_t t = 0; t < n_kv; ++t)
+      for (int i = 0; i < q_len; ++i) {
+        const uint64_t* mask = p.tree_mask + (q0 + i) * p.mask_words;
+        const int64_t j = t - prefix;  // the tail node of row t, when t >= prefix
+        const bool sees = t < prefix ? see_prefix : see_tail && ((mask[j / 64] >> (j % 64)) & 1u);
+        visible[static_cast<size_t>(t * q_len + i)] = sees;
+      }
+    auto sees = [&](int64_t t, int64_t r) { return visible[static_cast<size_t>(t * q_len + r / H)] != 0; };
+    auto anyone_sees = [&](int64_t t) {
+      for (int i = 0; i < q_len; ++i)
+        if (visible[static_cast<size_t>(t * q_len + i)]) return true;
+      return false;
+    };
+    // Decodes the first n columns of logical row t into key; only rows someone sees are ever read
+    // (a part must not touch the other part's pages).
+    auto load_key = [&](int64_t t, int n) {
       const int64_t page = p.page_table[static_cast<int64_t>(b) * p.page_table_stride + t / p.page_size];
-      load_elements(p.kv_cache, (page * p.page_size + t % p.page_size) * kHeadDimQK, kHeadDimQK, p.dtype,
-                    &kv[t * kHeadDimQK]);
-    }
-    q.resize(static_cast<size_t>(q_len) * H * kHeadDimQK);
-    load_elements(p.q, q0 * H * kHeadDimQK, q_len * H * kHeadDimQK, p.dtype, q.data());
+      const int64_t first = (page * p.page_size + t % p.page_size) * kHeadDimQK;
+      for (int c = 0; c < n; ++c) key[c] = element(p.kv_cache, first + c, p.dtype);
+    };
 
-    // Logits of every (node, head) row r = i * H + h against every column; invisible entries
-    // stay -inf. Tiled over rows and columns only so both tiles stay in cache.
-    const int64_t R = static_cast<int64_t>(q_len) * H;
-    s.assign(static_cast<size_t>(R * n_kv), ninf);
-    for (int64_t r0 = 0; r0 < R; r0 += kTile)
-      for (int64_t t0 = 0; t0 < n_kv; t0 += kTile) {
-        const int64_t t1 = std::min(n_kv, t0 + kTile);
-        for (int64_t r = r0; r < std::min(R, r0 + kTile); ++r) {
-          const uint8_t* vrow = &vis[static_cast<size_t>(r / H * n_kv)];
-          for (int64_t t = t0; t < t1; t += 4) {
-            const double* k[4];
-            for (int u = 0; u < 4; ++u) k[u] = &kv[std::min(t + u, t1 - 1) * kHeadDimQK];  // clamp the remainder
-            double d[4];
-            dot_qk4(&q[r * kHeadDimQK], k, d);
-            for (int u = 0; u < 4 && t + u < t1; ++u)
-              if (vrow[t + u]) s[r * n_kv + t + u] = p.sm_scale * d[u];
-          }
-        }
-      }
+    q.resize(static_cast<size_t>(rows * kHeadDimQK));
+    for (int64_t e = 0; e < rows * kHeadDimQK; ++e)
+      q[static_cast<size_t>(e)] = element(p.q, q0 * H * kHeadDimQK + e, p.dtype);
 
-    // Softmax over each row's visible columns; s becomes the weights (0 where invisible).
-    for (int64_t r = 0; r < R; ++r) {
-      const uint8_t* vrow = &vis[static_cast<size_t>(r / H * n_kv)];
-      double* sr = &s[r * n_kv];
-      double m = ninf;
-      bool any = false;
-      for (int64_t t = 0; t < n_kv; ++t)
-        if (vrow[t]) {
-          m = std::max(m, sr[t]);
-          any = true;
-        }
-      if (!any) {  // the row sees nothing: O = 0 (weights all 0), LSE = -inf
-        std::fill(sr, sr + n_kv, 0.0);
-        lse[q0 * H + r] = -std::numeric_limits<float>::infinity();
-        continue;
+    // Logits: weights[t * rows + r] = sm_scale * q_r . k_t for every visible (t, r).
+    weights.assign(static_cast<size_t>(n_kv * rows), 0.0);
+    key.resize(kHeadDimQK);
+    for (int64_t t = 0; t < n_kv; ++t) {
+      if (!anyone_sees(t)) continue;
+      load_key(t, kHeadDimQK);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (!sees(t, r)) continue;
+        double dot = 0.0;
+        for (int c = 0; c < kHeadDimQK; ++c) dot += q[static_cast<size_t>(r * kHeadDimQK + c)] * key[c];
+        weights[static_cast<size_t>(t * rows + r)] = p.sm_scale * dot;
       }
-      double sum = 0.0;
-      for (int64_t t = 0; t < n_kv; ++t)
-        if (vrow[t]) sum += std::exp(sr[t] - m);
-      for (int64_t t = 0; t < n_kv; ++t) sr[t] = vrow[t] ? std::exp(sr[t] - m) / sum : 0.0;
-      lse[q0 * H + r] = static_cast<float>(m + std::log(sum));
     }
 
-    // O = P V, V being the first 512 columns of each latent row.
-    acc.resize(static_cast<size_t>(kTile) * kHeadDimV);
-    for (int64_t r0 = 0; r0 < R; r0 += kTile) {
-      const int64_t r1 = std::min(R, r0 + kTile);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t t0 = 0; t0 < n_kv; t0 += kTile) {
-        const int64_t t1 = std::min(n_kv, t0 + kTile);
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t t = t0; t < t1; t += 4) {
-            const double* v[4];
-            double w[4] = {0, 0, 0, 0};  // past the end, and where invisible, the weight is 0
-            for (int u = 0; u < 4; ++u) {
-              v[u] = &kv[std::min(t + u, t1 - 1) * kHeadDimQK];
-              if (t + u < t1) w[u] = s[r * n_kv + t + u];
-            }
-            if (w[0] == 0.0 && w[1] == 0.0 && w[2] == 0.0 && w[3] == 0.0) continue;
-            axpy4(w, v, &acc[static_cast<size_t>(r - r0) * kHeadDimV]);
-          }
-        }
+    // Softmax per row over its visible keys (two passes: the max, then the sum of exp(logit - max)),
+    // turning the logits into weights in place; 0 where invisible.
+    row_max.assign(static_cast<size_t>(rows), -INFINITY);
+    sum.assign(static_cast<size_t>(rows), 0.0);
+    for (int64_t t = 0; t < n_kv; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        if (sees(t, r)) row_max[r] = std::max(row_max[r], weights[static_cast<size_t>(t * rows + r)]);
+    for (int64_t t = 0; t < n_kv; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double& w = weights[static_cast<size_t>(t * rows + r)];
+        w = sees(t, r) ? std::exp(w - row_max[r]) : 0.0;
+        sum[r] += w;
       }
-      for (int64_t r = r0; r < r1; ++r)
-        for (int c = 0; c < kHeadDimV; ++c)
-          o[(q0 * H + r) * kHeadDimV + c] = static_cast<float>(acc[static_cast<size_t>(r - r0) * kHeadDimV + c]);
+    for (int64_t t = 0; t < n_kv; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        if (sum[r] > 0) weights[static_cast<size_t>(t * rows + r)] /= sum[r];
+    for (int64_t r = 0; r < rows; ++r)  // a row that sees nothing has LSE -inf (and O = 0 below)
+      lse[q0 * H + r] = sum[r] > 0 ? static_cast<float>(row_max[r] + std::log(sum[r])) : -INFINITY;
+
+    // O_r = sum_t w_t v_t, V being the first 512 columns of each key row.
+    acc.assign(static_cast<size_t>(rows * kHeadDimV), 0.0);
+    for (int64_t t = 0; t < n_kv; ++t) {
+      if (!anyone_sees(t)) continue;
+      load_key(t, kHeadDimV);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double w = weights[static_cast<size_t>(t * rows + r)];
+        for (int c = 0; c < kHeadDimV; ++c) acc[static_cast<size_t>(r * kHeadDimV + c)] += w * key[c];
+      }
     }
+    for (int64_t e = 0; e < rows * kHeadDimV; ++e)
+      o[q0 * H * kHeadDimV + e] = static_cast<float>(acc[static_cast<size_t>(e)]);
   }
 }
 

@@ -295,30 +295,42 @@ DefragPlan KvPool::plan_partial_defrag(int64_t max_moves) const {
     return best;
   };
 
-  std::vector<std::pair<int32_t, size_t>> order;  // (estimated moves, request)
+  // Relocations of request i into base b, and their ordered moves given the used pages (the
+  // moves include a scratch hop per cycle).
+  auto moves_into = [&](size_t i, int32_t b, const std::vector<uint8_t>& used_now,
+                        std::vector<PageMove>* reloc) {
+    reloc->clear();
+    for (int32_t k = 0; k < live[i].size(); ++k) {
+      const int32_t src = (*live[i].pages)[static_cast<size_t>(k)];
+      if (src != b + k) reloc->push_back({src, b + k});
+    }
+    std::sort(reloc->begin(), reloc->end(), [](PageMove x, PageMove y) { return x.src < y.src; });
+    return order_moves(np, used_now, *reloc);
+  };
+
+  // Cost = the moves the request takes in the current layout, scratch hops included.
+  std::vector<uint8_t> used = used_map();
+  std::vector<PageMove> reloc;
+  std::vector<std::pair<size_t, size_t>> order;  // (moves, request)
   for (size_t i = 0; i < live.size(); ++i) {
     if (count_runs(*live[i].pages) <= 1) continue;
     int32_t overlap = 0;
-    if (best_base(i, &overlap) >= 0) order.push_back({live[i].size() - overlap, i});
+    const int32_t b = best_base(i, &overlap);
+    if (b < 0) continue;
+    const Ordered o = moves_into(i, b, used, &reloc);
+    if (o.feasible) order.push_back({o.moves.size(), i});
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
 
   DefragPlan plan;
   plan.wave_offsets.push_back(0);
-  std::vector<uint8_t> used = used_map();
   std::vector<uint8_t> moved(live.size(), 0);
   for (const auto& [estimate, i] : order) {
     int32_t overlap = 0;
     const int32_t b = best_base(i, &overlap);  // the layout changed since the estimate
     if (b < 0) continue;
-    std::vector<PageMove> reloc;
-    for (int32_t k = 0; k < live[i].size(); ++k) {
-      const int32_t src = (*live[i].pages)[static_cast<size_t>(k)];
-      if (src != b + k) reloc.push_back({src, b + k});
-    }
-    std::sort(reloc.begin(), reloc.end(), [](PageMove x, PageMove y) { return x.src < y.src; });
-    Ordered o = order_moves(np, used, reloc);
+    Ordered o = moves_into(i, b, used, &reloc);
     if (!o.feasible || static_cast<int64_t>(plan.moves.size() + o.moves.size()) > max_moves) {
       continue;
     }

@@ -47,9 +47,11 @@ inline int finite_class(float x) {  // 0 finite, 1 NaN, 2 +inf, 3 -inf
   return 0;
 }
 
-inline ::testing::AssertionResult all_close(const float* got, const float* expected, int64_t n, Tolerance tol,
-                                            const std::string& what = "values",
-                                            const std::vector<int64_t>& shape = {}) {
+// Success when every element has the same finite_class in both arrays; otherwise the count and
+// the first mismatch.
+inline ::testing::AssertionResult nonfinite_positions_match(const float* got, const float* expected, int64_t n,
+                                                            const std::string& what = "values",
+                                                            const std::vector<int64_t>& shape = {}) {
   int64_t class_mismatches = 0, first_class_mismatch = -1;
   for (int64_t i = 0; i < n; ++i) {
     if (finite_class(got[i]) != finite_class(expected[i])) {
@@ -63,6 +65,13 @@ inline ::testing::AssertionResult all_close(const float* got, const float* expec
            << what << ": " << class_mismatches << " of " << n << " elements differ in inf/NaN position; first at "
            << format_index(i, shape) << ": got " << got[i] << ", expected " << expected[i];
   }
+  return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult all_close(const float* got, const float* expected, int64_t n, Tolerance tol,
+                                            const std::string& what = "values",
+                                            const std::vector<int64_t>& shape = {}) {
+  if (auto r = nonfinite_positions_match(got, expected, n, what, shape); !r) return r;
   int64_t worst = -1, failures = 0;
   double worst_ratio = 0.0;
   for (int64_t i = 0; i < n; ++i) {

@@ -8,6 +8,10 @@
 // outside the rows it was given either produces NaN or faults. With spec.poison = false the same
 // seed gives bit-identical live data with finite filler instead, to compare the two runs.
 //
+// With spec.peaks the data has structure instead (plant_peaks): V columns carry per-column offsets
+// and rows varied magnitudes, and chosen (request, key row) pairs get large logits from some of
+// the request's query rows, so that one wrong key visibly moves those rows' output and LSE.
+//
 // Header-only, no dependency on the library's tree module: the GPU tests include it too.
 #pragma once
 
@@ -22,6 +26,7 @@
 
 #include "treemla/attention.h"
 #include "treemla/dtype.h"
+#include "treemla/error.h"
 
 namespace treemla::test {
 
@@ -124,6 +129,10 @@ struct CaseSpec {
   int extra_pages = -1;   // unused pool pages; -1: random, 1 .. 1 + used / 4
   int stride_slack = -1;  // page_table entries per row past the longest request; -1: random 0..3
   int mask_words = 0;     // 0: max(1, ceil(max q_len / 64))
+  // Structured values for peaked attention (see VerifyCase::plant_peaks): column c < 512 of every
+  // live row is v_offset[c] + m_t * noise with v_offset[c] in (-2, 2) per case and m_t one of
+  // 1/4, 1/2, 1, 2 per row; the rope columns and Q are plain noise until peaks are planted.
+  bool peaks = false;
 };
 
 // Same q_len and prefix_len for every request.
@@ -139,6 +148,30 @@ inline CaseSpec make_spec(int batch, int num_heads, int q_len, int prefix_len, i
   return s;
 }
 
+// ---- where to aim peaks ------------------------------------------------------------------
+// Both sides (row - 1, row) of each boundary row, kept inside [0, prefix); sorted, unique.
+inline std::vector<int64_t> rows_around(const std::vector<int64_t>& boundaries, int64_t prefix) {
+  std::vector<int64_t> rows;
+  for (int64_t x : boundaries)
+    for (int64_t t : {x - 1, x})
+      if (t >= 0 && t < prefix) rows.push_back(t);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+// Rows 0 and prefix - 1 and both sides (k * block - 1, k * block) of at most max_boundaries of
+// the block boundaries inside the prefix, spread evenly, the first and the last among them.
+inline std::vector<int64_t> block_edge_rows(int64_t prefix, int block = 32, int max_boundaries = 8) {
+  const int64_t count = prefix > 0 ? (prefix - 1) / block : 0;  // boundaries k * block, 1 <= k <= count
+  std::vector<int64_t> boundaries{0, prefix};                   // rows 0 and prefix - 1
+  for (int64_t i = 0; i < std::min<int64_t>(count, max_boundaries); ++i) {
+    const int64_t k = count <= max_boundaries ? 1 + i : 1 + i * (count - 1) / std::max(1, max_boundaries - 1);
+    boundaries.push_back(k * block);
+  }
+  return rows_around(boundaries, prefix);
+}
+
 struct VerifyCase {
   CaseSpec spec;
   uint32_t seed = 0;
@@ -150,6 +183,8 @@ struct VerifyCase {
   std::vector<uint64_t> tree_mask;         // [total_q, mask_words]
   std::vector<std::vector<int>> parents;   // per request
   std::vector<uint8_t> slot_used;          // [num_pages * page_size]: 1 if a logical row lives there
+  std::vector<double> v_offset;            // [512] per-column value offsets (spec.peaks), else empty
+  std::vector<std::vector<int64_t>> peak_rows;  // per request: the key rows plant_peaks aimed at
 
   VerifyCase(const CaseSpec& s, uint32_t seed_) : spec(s), seed(seed_) { build(); }
 
@@ -193,7 +228,52 @@ struct VerifyCase {
     os << "] prefix_lens=[";
     for (int b = 0; b < batch; ++b) os << (b ? "," : "") << prefix_lens[b];
     os << "] num_pages=" << num_pages << " stride=" << page_table_stride << " mask_words=" << mask_words;
+    if (spec.peaks) {
+      os << " peaks=[";
+      for (size_t b = 0; b < peak_rows.size(); ++b) os << (b ? "," : "") << peak_rows[b].size();
+      os << "]";
+    }
     return os.str();
+  }
+
+  // Aims peaked attention at key rows: key_rows[b] lists logical rows of request b, prefix rows
+  // (< prefix_len) and tail rows (prefix_len + j: tree node j). Needs spec.peaks; call it once.
+  //  - Peak k of a request (its rows sorted) gets code k % 64, a row of the 64 x 64
+  //    Sylvester-Hadamard matrix times 2, in its rope columns (the codes are orthogonal), and the
+  //    value row -v_offset + noise / 2: far from every output, so losing it moves O, and with a
+  //    small spread, so that its logit barely depends on the query's own noise.
+  //  - Query rows r = node * H + head with r % 4 != 3 are peaked (all of them when a request has
+  //    fewer than 4); the others keep plain attention, so errors on ordinary keys stay visible.
+  //    Prefix peaks are dealt out over G = clamp(ceil(peaks / 2), 1, peaked rows) groups:
+  //    peaked row i gets the peaks k with k % G == i % G (about two each, more when rows are few;
+  //    every peak reaches at least one row). A tail peak goes to every peaked row whose node sees
+  //    it (its mask bit is set).
+  //  - A peaked row's rope part becomes sum_code g_code * code, one term per code among its
+  //    peaks, g_code chosen so that the logit on its first peak with that code is the row's
+  //    common shift (sm_scale * q . v_offset, shared by ordinary keys) plus `height`, before q is
+  //    rounded to the dtype. Other keys with the same code (more than 64 peaks) rise as much
+  //    and become peaks of the row too. height <= 0 means ln(prefix_len + q_len): one peak then
+  //    weighs about as much as all ordinary keys together, so losing one of a row's few peaks
+  //    moves its LSE by a few percent and its output by a visible fraction of |v_peak - o|.
+  // Deterministic from (spec, seed, key_rows). Throws treemla::Error on a row out of range.
+  void plant_peaks(const std::vector<std::vector<int64_t>>& key_rows, double height = 0) {
+    TREEMLA_CHECK(spec.peaks, "plant_peaks needs a case built with spec.peaks = true");
+    TREEMLA_CHECK(peak_rows.empty(), "plant_peaks may be called once per case");
+    TREEMLA_CHECK(static_cast<int>(key_rows.size()) == batch,
+                  "plant_peaks: key_rows has " << key_rows.size() << " lists for a batch of " << batch);
+    TREEMLA_CHECK(spec.sm_scale > 0, "plant_peaks needs sm_scale > 0, got " << spec.sm_scale);
+    std::mt19937 rng(seed ^ 0x2545f491u);
+    for (int b = 0; b < batch; ++b) {
+      std::vector<int64_t> rows = key_rows[b];
+      std::sort(rows.begin(), rows.end());
+      rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+      const int64_t n_kv = static_cast<int64_t>(prefix_lens[b]) + q_len(b);
+      for (int64_t t : rows)
+        TREEMLA_CHECK(t >= 0 && t < n_kv, "plant_peaks: key row " << t << " of request " << b << " is outside [0, "
+                                                                  << n_kv << ")");
+      peak_rows.push_back(rows);
+      plant_request_peaks(b, rows, height > 0 ? height : std::log(static_cast<double>(n_kv)), rng);
+    }
   }
 
  private:
@@ -204,6 +284,61 @@ struct VerifyCase {
       case DType::kBF16: reinterpret_cast<uint16_t*>(kv_cache.data())[i] = 0x7fc1; break;
       case DType::kFP16: reinterpret_cast<uint16_t*>(kv_cache.data())[i] = 0x7e01; break;
       default: reinterpret_cast<uint32_t*>(kv_cache.data())[i] = 0x7fc00001u; break;
+    }
+  }
+
+  // Row `code` of the 64 x 64 Sylvester-Hadamard matrix, entry j: +1 or -1.
+  static double hadamard(int code, int j) {
+    int parity = 0;  // of the bits code and j share
+    for (unsigned x = static_cast<unsigned>(code & j); x != 0; x &= x - 1) parity ^= 1;
+    return parity ? -1.0 : 1.0;
+  }
+
+  float load(const std::vector<uint8_t>& buf, int64_t i) const { return load_as_float(buf.data(), i, spec.dtype); }
+
+  void plant_request_peaks(int b, const std::vector<int64_t>& rows, double height, std::mt19937& rng) {
+    const int64_t prefix = prefix_lens[b];
+    int P = 0;  // rows is sorted: the prefix peaks come first, peak k has code k % 64
+    while (P < static_cast<int>(rows.size()) && rows[P] < prefix) ++P;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const int64_t base = kv_index(b, rows[k]);
+      for (int c = 0; c < kHeadDimV; ++c)
+        store(kv_cache, base + c, static_cast<float>(-v_offset[c] + 0.5 * rand_value(rng, ValueDist::kUniform)));
+      for (int j = 0; j < 64; ++j) store(kv_cache, base + kHeadDimV + j, static_cast<float>(2 * hadamard(k % 64, j)));
+    }
+    const int H = num_heads, R = q_len(b) * H;
+    std::vector<int> peaked;  // query rows r of the request that get peaks
+    for (int r = 0; r < R; ++r)
+      if (R < 4 || r % 4 != 3) peaked.push_back(r);
+    const int G = std::clamp((P + 1) / 2, 1, std::max(1, static_cast<int>(peaked.size())));
+    const double scale = spec.sm_scale;
+    for (size_t i = 0; i < peaked.size(); ++i) {
+      const int r = peaked[i];
+      const int64_t qbase = (static_cast<int64_t>(q_indptr[b]) * H + r) * kHeadDimQK;
+      const uint64_t* mask = &tree_mask[static_cast<size_t>(q_indptr[b] + r / H) * mask_words];
+      std::vector<int64_t> held(64, -1);  // code -> the first of this row's peaks with that code
+      for (int k = 0; k < static_cast<int>(rows.size()); ++k) {
+        const int64_t j = rows[k] - prefix;  // tail node of a tail peak
+        const bool mine = k < P ? k % G == static_cast<int>(i) % G : ((mask[j / 64] >> (j % 64)) & 1u) != 0;
+        if (mine && held[k % 64] < 0) held[k % 64] = rows[k];
+      }
+      if (std::count(held.begin(), held.end(), -1) == 64) continue;
+      // The rope part of q becomes a sum of codes: g_code raises the logit of every key with that
+      // code by 128 g_code sm_scale and leaves the other codes' keys alone.
+      for (int j = 0; j < 64; ++j) store(q, qbase + kHeadDimV + j, 0.f);
+      double common = 0;  // the row's logit shift shared by ordinary keys: sm_scale * q . v_offset
+      for (int c = 0; c < kHeadDimV; ++c) common += load(q, qbase + c) * v_offset[c];
+      common *= scale;
+      std::vector<double> rope(64, 0.0);
+      for (int code = 0; code < 64; ++code) {
+        if (held[code] < 0) continue;
+        const int64_t kbase = kv_index(b, held[code]);
+        double logit = 0;  // on the peak key, with no code in q yet
+        for (int c = 0; c < kHeadDimV; ++c) logit += load(q, qbase + c) * load(kv_cache, kbase + c);
+        const double g = (common + height - logit * scale) / (128.0 * scale);
+        for (int j = 0; j < 64; ++j) rope[j] += g * hadamard(code, j);
+      }
+      for (int j = 0; j < 64; ++j) store(q, qbase + kHeadDimV + j, static_cast<float>(rope[j]));
     }
   }
 
@@ -228,6 +363,7 @@ struct VerifyCase {
 
     parents.clear();
     tree_mask.clear();
+    peak_rows.clear();
     for (int b = 0; b < batch; ++b) {
       parents.push_back(random_parents(spec.tree, qlens[b], rng));
       append_tree_mask(parents.back(), mask_words, tree_mask);
@@ -264,12 +400,24 @@ struct VerifyCase {
     const int64_t slots = static_cast<int64_t>(num_pages) * page_size;
     kv_cache.assign(static_cast<size_t>(slots) * kHeadDimQK * esize, 0);
     slot_used.assign(static_cast<size_t>(slots), 0);
+    v_offset.clear();
+    if (spec.peaks)
+      for (int c = 0; c < kHeadDimV; ++c) v_offset.push_back(2 * rand_value(rng, ValueDist::kUniform));
+    static const double kMagnitudes[4] = {0.25, 0.5, 1.0, 2.0};
     for (int b = 0; b < batch; ++b) {
       const int64_t rows = static_cast<int64_t>(prefix_lens[b]) + qlens[b];
       for (int64_t t = 0; t < rows; ++t) {
         const int64_t base = kv_index(b, t);
         slot_used[base / kHeadDimQK] = 1;
-        for (int c = 0; c < kHeadDimQK; ++c) store(kv_cache, base + c, static_cast<float>(rand_value(rng, spec.dist)));
+        if (spec.peaks) {
+          const double m = kMagnitudes[rng() % 4];
+          for (int c = 0; c < kHeadDimQK; ++c) {
+            const double noise = rand_value(rng, spec.dist);
+            store(kv_cache, base + c, static_cast<float>(c < kHeadDimV ? v_offset[c] + m * noise : noise));
+          }
+        } else {
+          for (int c = 0; c < kHeadDimQK; ++c) store(kv_cache, base + c, static_cast<float>(rand_value(rng, spec.dist)));
+        }
       }
     }
     // The filler draws from its own generator so the live data never depends on spec.poison.

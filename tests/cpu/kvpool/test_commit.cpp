@@ -126,6 +126,42 @@ std::vector<int32_t> random_path(std::mt19937* rng, int64_t q_len, int64_t max_n
   return a;
 }
 
+// The fewest waves a commit can take (kvpool.h): move k must precede move accepted[k], so the
+// longest chain k, accepted[k], accepted[accepted[k]], ... of moves (k >= 1, accepted[k] != k,
+// k < n) sets the number of waves. Counted here without the plan's own bookkeeping.
+int32_t longest_move_chain(const std::vector<int32_t>& accepted) {
+  const int32_t n = static_cast<int32_t>(accepted.size());
+  auto is_move = [&](int32_t k) { return k >= 1 && k < n && accepted[static_cast<size_t>(k)] != k; };
+  int32_t longest = 0;
+  for (int32_t k = 1; k < n; ++k) {
+    int32_t len = 0;
+    for (int32_t j = k; is_move(j); j = accepted[static_cast<size_t>(j)]) ++len;
+    longest = std::max(longest, len);
+  }
+  return longest;
+}
+
+TEST(KvPoolCommit, PlansUseTheFewestWaves) {
+  struct Case {
+    std::vector<int32_t> accepted;
+    int32_t q_len;
+    Pages want_offsets;
+  } cases[] = {
+      {{0, 5, 6, 7}, 8, {0, 3}},           // no move reads a row another writes: one wave
+      {{0, 2, 4, 6}, 8, {0, 2, 3}},        // move 1 reads row 2, which move 2 overwrites
+      {{0, 2, 3, 4, 5}, 6, {0, 1, 2, 3, 4}},  // one node skipped, then a chain: one wave per move
+      {{0, 1, 2}, 5, {0}},                 // nothing moves
+  };
+  for (const Case& c : cases) {
+    KvPool pool(make_config(64, 4));
+    pool.alloc(1, 10 + c.q_len);
+    const CommitPlan plan = pool.commit_accepted(1, 10, c.accepted);
+    EXPECT_EQ(plan.wave_offsets, c.want_offsets) << ::testing::PrintToString(c.accepted);
+    EXPECT_EQ(static_cast<int32_t>(plan.wave_offsets.size()) - 1, longest_move_chain(c.accepted));
+    EXPECT_TRUE(waves_independent(plan));
+  }
+}
+
 TEST(KvPoolCommit, RandomPathsMatchTheModel) {
   for (uint32_t seed = 1; seed <= 300; ++seed) {
     std::mt19937 rng(seed);
@@ -148,6 +184,7 @@ TEST(KvPoolCommit, RandomPathsMatchTheModel) {
     const CommitPlan plan = pool.commit_accepted(1, prefix, path);
     model[1] = committed(model[1], prefix, path);
     ASSERT_TRUE(waves_independent(plan));
+    EXPECT_EQ(static_cast<int32_t>(plan.wave_offsets.size()) - 1, longest_move_chain(path));
     TaggedCache other = cache;
     apply_plan(pool.config(), plan, cache.bytes.data());
     ASSERT_TRUE(cache.matches(pool, model));

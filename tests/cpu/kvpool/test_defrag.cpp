@@ -160,6 +160,54 @@ TEST(KvPoolDefrag, PartialDefragRespectsBudgetAndTouchesOnlyMovedRequests) {
   }
 }
 
+TEST(KvPoolDefrag, PartialDefragTakesTheCheapestRequestsFirst) {
+  // Requests 1 and 2 each need one move (their third page into the free page after their
+  // second), request 3 three (it keeps page 10 and takes 11, 12, 13). With a budget of 3 the
+  // cheapest first means requests 1 and 2 (2 moves; request 3 would make 5); the costliest first
+  // would have spent the budget on request 3 alone.
+  auto layout = [] { return make_layout(20, 1, {{1, {0, 1, 3}}, {2, {5, 6, 8}}, {3, {10, 12, 14, 16}}}); };
+  for (int64_t budget : {3, 4}) {
+    KvPool pool = layout();
+    TaggedCache cache(pool.config());
+    const Model model = fill_all(pool, &cache);
+    const DefragPlan plan = pool.partial_defrag(budget);
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    ASSERT_EQ(plan.moves.size(), 2u);
+    EXPECT_EQ(plan.moves[0].src, 3);  // request 1 first (equal cost: in id order)
+    EXPECT_EQ(plan.moves[0].dst, 2);
+    EXPECT_EQ(plan.moves[1].src, 8);
+    EXPECT_EQ(plan.moves[1].dst, 7);
+    EXPECT_EQ(pool.pages(1), (Pages{0, 1, 2}));
+    EXPECT_EQ(pool.pages(2), (Pages{5, 6, 7}));
+    EXPECT_EQ(pool.pages(3), (Pages{10, 12, 14, 16}));
+    apply_both_ways(pool, plan, &cache, model, "cheapest first");
+  }
+  KvPool pool = layout();
+  TaggedCache cache(pool.config());
+  const Model model = fill_all(pool, &cache);
+  const DefragPlan plan = pool.partial_defrag(5);  // room for all three, still cheapest first
+  ASSERT_EQ(plan.moves.size(), 5u);
+  EXPECT_EQ(plan.moves[0].src, 3);
+  EXPECT_EQ(plan.moves[1].src, 8);
+  EXPECT_EQ(pool.pages(3), (Pages{10, 11, 12, 13}));
+  apply_both_ways(pool, plan, &cache, model, "all three");
+}
+
+TEST(KvPoolDefrag, PartialDefragCountsScratchHopsInTheCost) {
+  // Request 1 holds pages 1, 0 and cannot shift right (request 3 holds page 2), so it must swap
+  // its two pages in place: 2 relocations, 3 moves with the scratch hop. Request 2 (pages 4, 6,
+  // 9) relocates 2 pages in a chain: 2 moves. With a budget of 3 the cheaper request 2 goes
+  // first, and then request 1 no longer fits.
+  KvPool pool = make_layout(12, 1, {{1, {1, 0}}, {2, {4, 6, 9}}, {3, {2}}});
+  TaggedCache cache(pool.config());
+  const Model model = fill_all(pool, &cache);
+  const DefragPlan plan = pool.partial_defrag(3);
+  EXPECT_EQ(plan.moves.size(), 2u);
+  EXPECT_EQ(pool.pages(1), (Pages{1, 0}));
+  EXPECT_EQ(pool.pages(2), (Pages{4, 5, 6}));
+  apply_both_ways(pool, plan, &cache, model, "scratch hops");
+}
+
 // Random churn: allocs, extends, truncates and frees until the pool is fragmented.
 void churn(KvPool* pool, std::mt19937* rng, int steps) {
   const int64_t cap = int64_t{pool->config().num_pages} * pool->config().page_size;

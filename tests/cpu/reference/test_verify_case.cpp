@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/compare.h"
+#include "common/expect_error.h"
 #include "common/verify_case.h"
 
 namespace {
@@ -106,6 +107,83 @@ TEST(TestHelpers, SingleKindMakesOneNodePerRequest) {
   const test::VerifyCase c(s, 2);
   EXPECT_EQ(c.total_q, 4);
   for (int b = 0; b < 4; ++b) EXPECT_EQ(c.tree_mask[b], 1u);
+}
+
+TEST(TestHelpers, PeakRowsAtBoundaries) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(test::rows_around({0, 32, 100}, 64), (V{0, 31, 32}));
+  EXPECT_EQ(test::block_edge_rows(100), (V{0, 31, 32, 63, 64, 95, 96, 99}));
+  EXPECT_EQ(test::block_edge_rows(262144, 32, 3), (V{0, 31, 32, 131071, 131072, 262111, 262112, 262143}));
+  EXPECT_EQ(test::block_edge_rows(1), (V{0}));
+  EXPECT_TRUE(test::block_edge_rows(0).empty());
+}
+
+// Logit of (node, head) row r of request b on logical key row t, from the stored values.
+double logit_of(const test::VerifyCase& c, int b, int r, int64_t t) {
+  const int64_t qbase = (static_cast<int64_t>(c.q_indptr[b]) * c.num_heads + r) * kHeadDimQK;
+  double d = 0;
+  for (int col = 0; col < kHeadDimQK; ++col)
+    d += double(load_as_float(c.q.data(), qbase + col, c.spec.dtype)) *
+         load_as_float(c.kv_cache.data(), c.kv_index(b, t, col), c.spec.dtype);
+  return d * c.spec.sm_scale;
+}
+
+TEST(TestHelpers, PeaksRaiseTheLogitsTheyAimAt) {
+  for (DType dtype : {DType::kBF16, DType::kFP16}) {
+    test::CaseSpec s = test::make_spec(1, 2, 1, 0, 16, dtype, test::TreeKind::kRandom);
+    s.q_lens = {5, 3};
+    s.prefix_lens = {300, 40};
+    s.peaks = true;
+    const std::vector<std::vector<int64_t>> aims = {{0, 31, 32, 299, 300}, {5, 42}};  // 300, 42: tail nodes 0 and 2
+    test::VerifyCase plain(s, 17), c(s, 17);
+    c.plant_peaks(aims);
+    SCOPED_TRACE(c.describe());
+    EXPECT_EQ(c.peak_rows, aims);
+    test::VerifyCase again(s, 17);
+    again.plant_peaks(aims);
+    EXPECT_EQ(again.q, c.q);
+    EXPECT_EQ(again.kv_cache, c.kv_cache);
+    for (int b = 0; b < 2; ++b) {
+      const double height = std::log(double(c.prefix_lens[b] + c.q_len(b)));
+      const int rows = c.q_len(b) * c.num_heads;
+      std::vector<int> hits(aims[b].size(), 0);
+      for (int r = 0; r < rows; ++r) {
+        const int64_t qbase = (static_cast<int64_t>(c.q_indptr[b]) * c.num_heads + r) * kHeadDimQK;
+        double common = 0;  // the shift every ordinary key's logit shares
+        for (int col = 0; col < kHeadDimV; ++col) common += load_as_float(c.q.data(), qbase + col, dtype) * c.v_offset[col];
+        common *= c.spec.sm_scale;
+        int mine = 0;
+        for (size_t k = 0; k < aims[b].size(); ++k)
+          if (std::fabs(logit_of(c, b, r, aims[b][k]) - common - height) < 0.3) ++hits[k], ++mine;
+        if (rows >= 4 && r % 4 == 3) {  // not peaked: q untouched
+          for (int col = 0; col < kHeadDimQK; ++col)
+            ASSERT_EQ(load_as_float(c.q.data(), qbase + col, dtype), load_as_float(plain.q.data(), qbase + col, dtype));
+        } else {
+          EXPECT_GE(mine, 1) << "request " << b << " row " << r;
+        }
+      }
+      for (size_t k = 0; k < aims[b].size(); ++k) {
+        EXPECT_GE(hits[k], 1) << "request " << b << " key row " << aims[b][k] << " is no row's peak";
+        for (int col : {0, 200, 511})  // value rows: -v_offset + noise / 2
+          EXPECT_NEAR(load_as_float(c.kv_cache.data(), c.kv_index(b, aims[b][k], col), dtype), -c.v_offset[col], 0.52);
+      }
+    }
+    // The poison is untouched.
+    for (int64_t slot = 0; slot < static_cast<int64_t>(c.slot_used.size()); ++slot)
+      ASSERT_EQ(std::isfinite(load_as_float(c.kv_cache.data(), slot * kHeadDimQK + 3, dtype)), c.slot_used[slot] != 0);
+  }
+}
+
+TEST(TestHelpers, PlantPeaksRejectsBadInput) {
+  test::CaseSpec s = test::make_spec(1, 2, 3, 50, 16);
+  test::VerifyCase plain(s, 3);
+  test::expect_error([&] { plain.plant_peaks({{1}}); }, {"spec.peaks"});
+  s.peaks = true;
+  test::VerifyCase c(s, 3);
+  test::expect_error([&] { c.plant_peaks({{1}, {2}}); }, {"2 lists for a batch of 1"});
+  test::expect_error([&] { c.plant_peaks({{53}}); }, {"key row 53 of request 0", "[0, 53)"});
+  c.plant_peaks({{52}});
+  test::expect_error([&] { c.plant_peaks({{1}}); }, {"once"});
 }
 
 TEST(TestHelpers, AllCloseChecksNonFinitePositionsFirst) {

@@ -1,5 +1,6 @@
-// verify_full and verify_split on small cases whose answers are known in closed form, plus
-// batch bookkeeping (ragged requests, empty requests, empty rows).
+// verify_full and verify_split on small cases whose answers are known in closed form (one uses
+// every one of the 576 columns, in fp32, bf16 and fp16), plus batch bookkeeping (ragged
+// requests, empty requests, empty rows).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +30,7 @@ struct HandCase {
   std::vector<int32_t> page_table, prefix_lens, q_indptr;
   std::vector<uint64_t> mask;
   float sm_scale = 1.f;
+  std::vector<uint16_t> q16, kv16;  // q and kv in bf16 or fp16, see params(part, dtype)
 
   HandCase(int h, int prefix_len, int nodes, int num_pages)
       : heads(h), prefix(prefix_len), q_len(nodes), q(static_cast<size_t>(nodes) * h * kHeadDimQK, 0.f),
@@ -38,6 +40,20 @@ struct HandCase {
   void zero_page(int page) { std::fill(&key(page, 0), &key(page, 0) + kHeadDimQK, 0.f); }
   float& query(int node, int head, int col) { return q[(static_cast<size_t>(node) * heads + head) * kHeadDimQK + col]; }
 
+  // The problem with q and kv_cache in `dtype` (converted from the fp32 values, so use values the
+  // dtype holds exactly when the answer must not change).
+  VerifyParams params(VerifyPart part, DType dtype) {
+    VerifyParams p = params(part);
+    if (dtype == DType::kFP32) return p;
+    q16.resize(q.size());
+    kv16.resize(kv.size());
+    for (size_t i = 0; i < q.size(); ++i) store_from_float(q16.data(), static_cast<int64_t>(i), dtype, q[i]);
+    for (size_t i = 0; i < kv.size(); ++i) store_from_float(kv16.data(), static_cast<int64_t>(i), dtype, kv[i]);
+    p.dtype = dtype;
+    p.q = q16.data();
+    p.kv_cache = kv16.data();
+    return p;
+  }
   VerifyParams params(VerifyPart part) const {
     VerifyParams p;
     p.dtype = DType::kFP32;
@@ -103,6 +119,78 @@ TEST(VerifyHand, SingleNodeClosedForm) {
       EXPECT_TRUE(all_close(o, want_o, Tolerance{1e-6, 1e-6}, "o"));
       EXPECT_TRUE(all_close(lse, want_lse, Tolerance{1e-6, 1e-6}, "lse"));
     }
+  }
+}
+
+TEST(VerifyHand, EveryColumnCountsInEveryDtype) {
+  // Every one of the 576 columns of every key row is nonzero, so a logit that skips any column
+  // (the last rope columns 572..575, or everything past the V/K boundary at 512) moves the LSE
+  // and the weights; V columns 0, 1..510 and 511 carry different values, and column 512 (K only)
+  // yet another, so reading V one column off, or 511 columns wide, moves O. Key row t holds
+  //   w_t in column 0, a_t in columns 1..510, x_t in column 511,
+  //   y_t in column 512, r_t in columns 513..574, z_t in column 575.
+  // Head 0 has q = 2^-6 in every column, head 1 q = -2^-6 in columns 0..511 and 2^-5 in 512..575:
+  //   logit(t, head) = sm_scale * (s_v * (w_t + 510 a_t + x_t) + s_k * (y_t + 62 r_t + z_t)),
+  // with (s_v, s_k) = (2^-6, 2^-6) or (-2^-6, 2^-5). Every value is exact in bf16 and fp16, so the
+  // answer is the same in all three dtypes (which also checks the reference's own decoding).
+  // Prefix 3 (logical rows 0..2), a chain of 2 nodes at rows 3 and 4: node 0 sees rows {0, 1, 2, 3},
+  // node 1 sees {0, 1, 2, 3, 4}. Pages 1 and 3 hold NaN.
+  const double w[5] = {1, 2, 3, 4, 5}, a[5] = {0.25, -0.5, 0.125, 1, -0.25}, x[5] = {0.5, -1, 0.25, 1, -0.75};
+  const double y[5] = {0.375, 0.75, -1, 0.5, 3}, r[5] = {0.125, -0.25, 0.5, 0.0625, -0.125},
+               z[5] = {1, -0.5, 2, 1.5, -1};
+  const double s_v[2] = {1.0 / 64, -1.0 / 64}, s_k[2] = {1.0 / 64, 1.0 / 32};
+  HandCase c(2, 3, 2, 7);
+  c.page_table = {4, 0, 6, 2, 5, test::kPoisonPageIndex};
+  c.mask = {0b01, 0b11};
+  c.sm_scale = 0.5f;
+  for (int t = 0; t < 5; ++t) {
+    const int page = c.page_table[t];
+    c.key(page, 0) = static_cast<float>(w[t]);
+    for (int col = 1; col < 511; ++col) c.key(page, col) = static_cast<float>(a[t]);
+    c.key(page, 511) = static_cast<float>(x[t]);
+    c.key(page, 512) = static_cast<float>(y[t]);
+    for (int col = 513; col < 575; ++col) c.key(page, col) = static_cast<float>(r[t]);
+    c.key(page, 575) = static_cast<float>(z[t]);
+  }
+  for (int node = 0; node < 2; ++node)
+    for (int head = 0; head < 2; ++head)
+      for (int col = 0; col < kHeadDimQK; ++col)
+        c.query(node, head, col) = static_cast<float>(col < kHeadDimV ? s_v[head] : s_k[head]);
+
+  struct Want {
+    VerifyPart part;
+    std::vector<int> rows[2];  // visible logical rows of node 0 and node 1
+  } wants[] = {{VerifyPart::kAll, {{0, 1, 2, 3}, {0, 1, 2, 3, 4}}},
+               {VerifyPart::kPrefix, {{0, 1, 2}, {0, 1, 2}}},
+               {VerifyPart::kTail, {{3}, {3, 4}}}};
+  for (const Want& want : wants) {
+    std::vector<float> want_o(2 * 2 * kHeadDimV, 0.f), want_lse(2 * 2);
+    for (int node = 0; node < 2; ++node)
+      for (int head = 0; head < 2; ++head) {
+        double z_sum = 0, o0 = 0, o_mid = 0, o511 = 0;
+        for (int t : want.rows[node]) {
+          const double logit = 0.5 * (s_v[head] * (w[t] + 510 * a[t] + x[t]) + s_k[head] * (y[t] + 62 * r[t] + z[t]));
+          const double e = std::exp(logit);
+          z_sum += e;
+          o0 += e * w[t];
+          o_mid += e * a[t];
+          o511 += e * x[t];
+        }
+        float* o = &want_o[(node * 2 + head) * kHeadDimV];
+        o[0] = static_cast<float>(o0 / z_sum);
+        for (int col = 1; col < 511; ++col) o[col] = static_cast<float>(o_mid / z_sum);
+        o[511] = static_cast<float>(o511 / z_sum);
+        want_lse[node * 2 + head] = static_cast<float>(std::log(z_sum));
+      }
+    for (DType dtype : {DType::kFP32, DType::kBF16, DType::kFP16})
+      for (int k = 0; k < 2; ++k) {
+        SCOPED_TRACE(::testing::Message() << kImplNames[k] << " " << dtype_name(dtype) << " part "
+                                          << test::part_name(want.part));
+        std::vector<float> o(want_o.size(), -1.f), lse(want_lse.size(), -1.f);
+        kImpls[k](c.params(want.part, dtype), o.data(), lse.data());
+        EXPECT_TRUE(all_close(o, want_o, Tolerance{1e-6, 1e-6}, "o", {2, 2, kHeadDimV}));
+        EXPECT_TRUE(all_close(lse, want_lse, Tolerance{1e-6, 1e-6}, "lse", {2, 2}));
+      }
   }
 }
 
