@@ -19,18 +19,18 @@
 namespace treemla::test {
 namespace {
 
-using cuda::TileConfig;
 using Rows = std::vector<std::vector<int64_t>>;
 
-// Split boundaries (first rows of splits 1..) per request, united over the tile configurations.
+// Split boundaries (first rows of splits 1..) per request, united over the configurations.
 Rows split_boundaries(const VerifyCase& c, VerifyPart part) {
   DeviceCase d(c);
   d.p.part = part;
   Rows all(c.batch);
-  for (TileConfig t : tiles_to_test()) {
-    const cuda::VerifyPlan plan = cuda::make_verify_plan({c.batch, std::max(1, c.total_q), c.num_heads}, -1, t);
+  for (const GpuConfig& cfg : configs_to_test()) {
+    const cuda::VerifyPlan plan =
+        cuda::make_verify_plan({c.batch, std::max(1, c.total_q), c.num_heads}, -1, cfg.tile, cfg.family);
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, plan.workspace_bytes));
+    cuda::init_workspace(plan, ws.ptr, 0);
     const Rows b = schedule_boundaries(d, plan, ws.ptr);
     for (int r = 0; r < c.batch; ++r) all[r].insert(all[r].end(), b[r].begin(), b[r].end());
   }
@@ -60,7 +60,7 @@ Rows peak_rows(const VerifyCase& c, const Rows& splits, VerifyPart part, const s
   return rows;
 }
 
-// Builds the peaked case, runs every tile configuration against the reference and returns the
+// Builds the peaked case, runs every configuration against the reference and returns the
 // number of split boundaries the peaks were aimed at.
 int64_t check_peaked(CaseSpec spec, uint32_t seed, VerifyPart part = VerifyPart::kAll, const std::vector<int>& tail_nodes = {}) {
   spec.peaks = true;
@@ -70,12 +70,12 @@ int64_t check_peaked(CaseSpec spec, uint32_t seed, VerifyPart part = VerifyPart:
   const CpuResult ref = run_reference(c, part);
   DeviceCase d(c);
   const char* test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  for (TileConfig t : tiles_to_test()) {
-    SCOPED_TRACE(std::string("tile=") + cuda::tile_config_name(t) + " part=" + part_name(part));
-    const GpuResult g = run_gpu(d, c, t, part);
+  for (const GpuConfig& cfg : configs_to_test()) {
+    SCOPED_TRACE(cfg.name() + " part=" + part_name(part));
+    const GpuResult g = run_gpu(d, c, cfg, part);
     const ::testing::AssertionResult r = matches(g, ref, c);
     EXPECT_TRUE(r);
-    std::printf("[ margin ] %s seed %u tile %s part %s: %s\n", test, seed, cuda::tile_config_name(t), part_name(part),
+    std::printf("[ margin ] %s seed %u %s part %s: %s\n", test, seed, cfg.name().c_str(), part_name(part),
                 r.message());
   }
   int64_t n = 0;
