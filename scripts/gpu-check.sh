@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 status=0
 
 if [ ! -x "$BUILD/tests/treemla_gpu_tests" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real || exit 1
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real || exit 1
   cmake --build "$BUILD" -j "$(nproc)" || exit 1
 fi
 
