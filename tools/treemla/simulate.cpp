@@ -466,20 +466,23 @@ int cmd_simulate(int argc, char** argv) {
       "commit, defrag moves run there, timed with CUDA events; at the end the prefix pass is timed on the\n"
       "churned pool, after a full defrag and in a fresh contiguous cache. GLM-5 shapes at long context:\n"
       "  treemla simulate --device cuda --heads 8 --budget 64 --depth 15 --page-size 1 \\\n"
-      "      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 40\n",
+      "      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 40\n\n"
+      "--budget auto picks each tree's budget per request and round from a verify cost table (default: the\n"
+      "H200 table installed with the tool) for the most tokens per second; --budget-compare prints auto beside\n"
+      "fixed budgets for prompts of 4K..185K in under a second, without the serving loop (docs/budget.md).\n",
       "treemla simulate");
   cli::configure(app);
   SimulateArgs args;
   add_options(app, args);
   if (const auto rc = cli::parse(app, argc, argv, [&] { finish_config(app, args); })) return *rc;
-  if (args.budget.compare) return run_budget_compare(args.budget, args.compare, args.json);
   const SimulationConfig& c = args.config;
-  require_device(c.device);  // before any output: no GPU is an error (exit 1), not a bad option
+  if (!args.budget.compare) require_device(c.device);  // before any output: no GPU is an error (exit 1)
   std::ofstream json_file;
   if (!args.json.empty()) {  // before the run, which may take minutes
     json_file.open(args.json);
     if (!json_file) return cli::usage_error(app, "--json: '" + args.json + "' cannot be opened for writing");
   }
+  if (args.budget.compare) return run_budget_compare(args.budget, args.compare, json_file.is_open() ? &json_file : nullptr);
   print_header(std::cout, c, args.budget);
   std::cout << std::flush;
   StatusLine status(isatty(STDERR_FILENO) != 0);

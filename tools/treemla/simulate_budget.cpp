@@ -238,12 +238,7 @@ json cost_json(const BudgetArgs& b, const SimulationConfig& c, const SimulationR
   return doc;
 }
 
-int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& cmp, const std::string& json_path) {
-  std::ofstream json_file;
-  if (!json_path.empty()) {
-    json_file.open(json_path);
-    if (!json_file) throw std::invalid_argument("--json: '" + json_path + "' cannot be opened for writing");
-  }
+int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& cmp, std::ofstream* json_file) {
   const RoundCost& k = cmp.cost_model.cost;
   std::ostream& os = std::cout;
   fmt::print(os, "treemla simulate --budget-compare: seed {}, {} rounds per prompt length, one request at a time\n",
@@ -307,7 +302,7 @@ int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& cmp, cons
              "these prompts)\n",
              fmt::join(cmp.budgets, ","), rep.best_single_budget);
   fmt::print(os, "  {:.2f} s\n", rep.wall_seconds);
-  if (json_file.is_open()) {
+  if (json_file) {
     json doc;
     doc["mode"] = "budget-compare";
     doc["config"] = {{"seed", cmp.seed},
@@ -323,10 +318,10 @@ int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& cmp, cons
     doc["results"] = results;
     doc["best_single_budget"] = rep.best_single_budget;
     doc["wall_seconds"] = rep.wall_seconds;
-    json_file << doc.dump(2) << "\n";
-    json_file.close();
-    if (!json_file) {
-      std::cerr << "treemla simulate: writing " << json_path << " failed\n";
+    *json_file << doc.dump(2) << "\n";
+    json_file->close();
+    if (!*json_file) {
+      std::cerr << "treemla simulate: writing the --json file failed\n";
       return 1;
     }
   }

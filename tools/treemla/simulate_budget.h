@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -43,7 +44,7 @@ void print_cost_header(std::ostream& os, const BudgetArgs& b, const SimulationCo
 void print_cost_summary(std::ostream& os, const SimulationConfig& c, const SimulationReport& r);
 nlohmann::ordered_json cost_json(const BudgetArgs& b, const SimulationConfig& c, const SimulationReport& r);
 
-// Runs the comparison, prints it, writes its JSON to json_path (if not empty); the exit code.
-int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& compare, const std::string& json_path);
+// Runs the comparison, prints it, writes its JSON to `json` (if not null); the exit code.
+int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& compare, std::ofstream* json);
 
 }  // namespace treemla::tool
