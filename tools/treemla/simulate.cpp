@@ -102,7 +102,8 @@ void print_header(std::ostream& os, const SimulationConfig& c, const BudgetArgs&
                        : fmt::format("{} ({} rows per request-round)", c.budget, tree_nodes(c)))
      << ", depth " << c.depth << ", top-k " << c.top_k << ", target " << c.target;
   if (c.target == "children") os << ", accept-prob " << c.accept_prob;
-  if (c.draft_logit_range != SimulationConfig{}.draft_logit_range) os << ", drafter logits in [0, " << c.draft_logit_range << "]";
+  if (c.draft_logit_range != SimulationConfig{}.draft_logit_range)
+    os << ", drafter logits in [0, " << c.draft_logit_range << "]";
   os << "\n"
      << "  verify: " << c.heads << " heads, q/k " << kHeadDimQK << " v " << kHeadDimV << ", bf16 cache\n"
      << "  pool: " << pages << " pages x " << c.page_size << " rows (" << kvpool::free_policy_name(c.policy)
@@ -482,7 +483,8 @@ int cmd_simulate(int argc, char** argv) {
     json_file.open(args.json);
     if (!json_file) return cli::usage_error(app, "--json: '" + args.json + "' cannot be opened for writing");
   }
-  if (args.budget.compare) return run_budget_compare(args.budget, args.compare, json_file.is_open() ? &json_file : nullptr);
+  if (args.budget.compare)
+    return run_budget_compare(args.budget, args.compare, json_file.is_open() ? &json_file : nullptr);
   print_header(std::cout, c, args.budget);
   std::cout << std::flush;
   StatusLine status(isatty(STDERR_FILENO) != 0);

@@ -244,7 +244,9 @@ int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& cmp, std:
   fmt::print(os, "treemla simulate --budget-compare: seed {}, {} rounds per prompt length, one request at a time\n",
              cmp.seed, cmp.rounds);
   fmt::print(os, "  cost table: {} ({})\n", b.file.path, describe(b.file));
-  fmt::print(os, "  round cost: {} layers x C_v(1 + B, L) + {:g} us + {:g} us per tree node; the prefix stays at the prompt length\n",
+  fmt::print(os,
+             "  round cost: {} layers x C_v(1 + B, L) + {:g} us + {:g} us per tree node; the prefix stays at the "
+             "prompt length\n",
              k.layers, k.fixed_us, k.per_node_us);
   fmt::print(os, "  drafter: depth {}, top-k {}, logits uniform in [0, {:g}]; target: {}", cmp.depth, cmp.top_k,
              cmp.draft_logit_range, cmp.target);
