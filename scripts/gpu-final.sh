@@ -15,7 +15,7 @@ grep -E "^(cpasync|cluster) " $OUT/bench-peer-shapes.txt | cut -c1-80
 for m in 0 8 32 64 104; do
   echo "ablation $m: $(TREEMLA_WAIT_MODE=$m timeout 60 $G/treemla bench --cases 1:8:65:131072:64 --families cluster --tiles smem99k --reps 5 2>&1 | grep '^cluster' | cut -c1-75)"
 done > $OUT/ablations.txt; cat $OUT/ablations.txt; t ablations
-timeout 120 $G/treemla bench --cost-table $OUT/cost-table.json --reps 3 > $OUT/cost-table.txt 2>&1; t "cost table rc=$?"
+timeout 120 $G/treemla bench --cost-table $OUT/cost-table.json --reps 3 --commit "${1:-unknown}" > $OUT/cost-table.txt 2>&1; t "cost table rc=$?"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl > $OUT/pip.log 2>&1
 export PYTHONPATH=/tmp/site FLASHINFER_CUDA_ARCH_LIST=9.0a PYTHONUNBUFFERED=1
 timeout 300 python3 bench/peers.py --cases "$PEERS" --json $OUT/peers.json --commit "${1:-unknown}" > $OUT/peers.txt 2>&1; t "peers rc=$?"

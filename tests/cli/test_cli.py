@@ -14,6 +14,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,13 +28,13 @@ QUICK = ["--rounds", "4", "--prompt-max", "64", "--gen-max", "32"]
 # The keys `treemla simulate --json` writes (docs/tool.md lists them).
 SIMULATE_KEYS = {
     "config", "wall_seconds", "tree_nodes", "requests", "tokens_committed", "request_rounds",
-    "mean_acceptance", "verify", "defrags", "checks", "trace", "gpu", "fragmentation",
+    "mean_acceptance", "verify", "defrags", "checks", "trace", "gpu", "fragmentation", "cost_model",
 }
 SIMULATE_NESTED_KEYS = {
     "config": {"device", "seed", "rounds", "heads", "budget", "depth", "top_k", "page_size",
                "num_pages", "max_requests", "prompt_min", "prompt_max", "gen_min", "gen_max",
                "policy", "defrag_threshold", "defrag_max_moves", "accept_prob", "check_every",
-               "check_max_context"},
+               "check_max_context", "budget_mode", "target", "draft_logit_range"},
     "requests": {"admitted", "finished", "cut_short", "live_at_end", "admission_deferrals"},
     "verify": {"calls", "wall_seconds", "flops"},
     "defrags": {"runs", "skipped", "pages_relocated", "page_moves"},
@@ -42,6 +43,23 @@ SIMULATE_NESTED_KEYS = {
                "cross_check_failures", "cross_check_max_diff", "accept_mismatches",
                "layout_mismatches"},
 }
+
+# `cost_model` of `simulate --json` with a cost table, and its `table`.
+COST_MODEL_KEYS = {
+    "table", "layers", "round_fixed_us", "round_per_node_us", "budget_candidates",
+    "calibration_window", "request_rounds", "tokens_per_round", "round_us", "verify_us",
+    "tokens_per_s", "mean_budget", "budgets", "prefix_clamped", "predicted_tokens_per_round",
+    "calibration",
+}
+TABLE_KEYS = {"path", "gpu", "date", "commit", "heads", "page_size", "family", "tile"}
+# `simulate --budget-compare --json`: the document, its config and one entry of its results.
+COMPARE_KEYS = {"mode", "config", "cost_model", "results", "best_single_budget", "wall_seconds"}
+COMPARE_CONFIG_KEYS = {"seed", "rounds", "depth", "top_k", "target", "accept_prob",
+                       "draft_logit_range", "prompts", "budgets"}
+COMPARE_RESULT_KEYS = {"prompt", "auto", "fixed", "best_listed", "best_any", "single"}
+# The committed H200 table (tools/CMakeLists.txt installs it as the default).
+H200_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "results",
+                          "2026-11-30_h200_e01b288_cost-table.json")
 
 # The summary of a simulate run: one line per topic, in this order.
 SUMMARY_LINES = [
@@ -232,6 +250,30 @@ class BadOptions(unittest.TestCase):
         self.assert_bad(["simulate", "--device", "tpu"], "--device", "cpu")
         self.assert_bad(["simulate", "--defrag-threshold", "0.5"], "--defrag-threshold")
 
+    def test_budget_and_cost_model_options(self):
+        self.assert_bad(["--budget", "2000"], "--budget", "'2000'", "auto or an integer in [1, 1024]")
+        self.assert_bad(["--budget", "fast"], "--budget", "'fast'")
+        self.assert_bad(["--layers", "61"], "--layers", "needs the cost model")
+        self.assert_bad(["--calibration-window", "8", "--cost-table", H200_TABLE], "--calibration-window",
+                        "--budget auto")
+        self.assert_bad(["--budget", "auto", "--layers", "0"], "--layers", "[1, 1000]")
+        self.assert_bad(["--budget", "auto", "--round-fixed-us", "-5"], "--round-fixed-us", "[0, 1e+09]")
+        self.assert_bad(["--budget", "auto", "--round-per-node-us", "x"], "--round-per-node-us", "'x'")
+        self.assert_bad(["--budget", "auto", "--budget-candidates", "all"], "--budget-candidates", "grid or every")
+        self.assert_bad(["--budget", "auto", "--heads", "4"], "--heads", "'4'", "the cost table's heads, 8")
+        self.assert_bad(["--budget", "auto", "--prompt-max", "262144", "--gen-max", "100"],
+                        "--prompt-max 262144", "largest L, 262144")
+        self.assert_bad(["--compare-prompts", "4096"], "--compare-prompts", "--budget-compare only")
+        self.assert_bad(["--budget-compare", "--num-pages", "5"], "--num-pages", "does not apply to --budget-compare")
+        self.assert_bad(["--budget-compare", "--compare-prompts", "300000"], "--compare-prompts", "'300000'",
+                        "L range [1024, 262144]")
+        self.assert_bad(["--budget-compare", "--compare-budgets", "1024"], "--compare-budgets", "'1024'",
+                        "[0, 1023]")
+        self.assert_bad(["--budget-compare", "--heads", "16"], "--heads", "'16'", "the cost table's heads, 8")
+        self.assert_bad(["--budget-compare", "--page-size", "16"], "--page-size", "page size, 64")
+        self.assert_bad(["--target", "oracle"], "--target", "children or drafter")
+        self.assert_bad(["--draft-logit-range", "60"], "--draft-logit-range", "[0, 50]")
+
     def test_json_file_that_cannot_be_written(self):
         self.assert_bad(["simulate", "--json", "/nonexistent-dir/x.json"], "--json",
                         "/nonexistent-dir/x.json")
@@ -339,12 +381,206 @@ class JsonOutput(unittest.TestCase):
         self.assertRegex(doc["trace"], r"^[0-9a-f]{16}$")
         self.assertIsNone(doc["gpu"])            # no GPU times on the CPU
         self.assertIsNone(doc["fragmentation"])  # the report is off on the CPU by default
+        self.assertIsNone(doc["cost_model"])     # no cost table asked for
+        self.assertEqual(doc["config"]["budget_mode"], "fixed")
+        self.assertEqual(doc["config"]["target"], "children")
         self.assertGreaterEqual(doc["mean_acceptance"], 1.0)
         self.assertEqual(doc["request_rounds"] > 0, doc["tokens_committed"] > 0)
         for key in ("wall_seconds", "mean_acceptance"):
             self.assertIsInstance(doc[key], (int, float))
         for key in ("tree_nodes", "tokens_committed", "request_rounds"):
             self.assertIsInstance(doc[key], int)
+
+
+class BudgetAuto(unittest.TestCase):
+    """`simulate --budget auto`: the serving loop with the picker, on the committed table."""
+    ARGS = ["--budget", "auto", "--rounds", "3", "--max-requests", "2", "--prompt-max", "64",
+            "--gen-max", "32"]
+
+    def test_runs_from_the_default_table_and_reports_the_cost_model(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "auto.json")
+            rc, out, err = run(*self.ARGS, "--json", path)
+            self.assertEqual(rc, 0, err)
+            with open(path) as f:
+                doc = json.load(f)
+        self.assertIn("DDTree: budget auto (up to 1024 rows per request-round)", out)
+        self.assertRegex(out, r"(?m)^  cost table: .*default-cost-table\.json \(NVIDIA H200, 2026-11-30")
+        self.assertRegex(out, r"(?m)^  cost model +[0-9.]+ tokens/round, [0-9.]+ ms/round .* tokens/s")
+        self.assertRegex(out, r"(?m)^  budgets +(\d+:\d+ )+\(B:request-rounds\)")
+        self.assertEqual(set(doc), SIMULATE_KEYS)
+        self.assertEqual(doc["config"]["budget_mode"], "auto")
+        self.assertEqual(doc["config"]["budget"], 1023)   # trees are built at the table's largest budget
+        self.assertEqual(doc["config"]["heads"], 8)       # --heads and --page-size come from the table
+        self.assertEqual(doc["config"]["page_size"], 64)
+        self.assertEqual(doc["config"]["target"], "drafter")
+        cm = doc["cost_model"]
+        self.assertEqual(set(cm), COST_MODEL_KEYS)
+        self.assertEqual(set(cm["table"]), TABLE_KEYS)
+        self.assertEqual((cm["table"]["gpu"], cm["table"]["heads"]), ("NVIDIA H200", 8))
+        self.assertEqual((cm["layers"], cm["round_fixed_us"], cm["round_per_node_us"]), (78, 10000, 10))
+        self.assertEqual(cm["request_rounds"], doc["request_rounds"])
+        self.assertAlmostEqual(cm["tokens_per_round"], doc["mean_acceptance"])
+        self.assertAlmostEqual(cm["tokens_per_s"], cm["tokens_per_round"] / cm["round_us"] * 1e6, places=6)
+        self.assertEqual(sum(cm["budgets"].values()), doc["request_rounds"])
+        for b in cm["budgets"]:
+            self.assertIn(int(b), (0, 15, 31, 63, 127, 255, 511, 1023))
+        self.assertEqual(cm["calibration"], 1.0)  # --calibration-window 0 by default
+
+    def test_fixed_budget_with_a_cost_table_is_costed_and_unchanged(self):
+        rc1, out1, err = run(*QUICK, "--heads", "8", "--page-size", "64")
+        self.assertEqual(rc1, 0, err)
+        rc2, out2, err = run(*QUICK, "--cost-table", H200_TABLE)
+        self.assertEqual(rc2, 0, err)
+        self.assertEqual(trace_of(out1), trace_of(out2))
+        self.assertRegex(out2, r"(?m)^  budgets +15:\d+ \(B:request-rounds\)")
+
+
+class BudgetCompare(unittest.TestCase):
+    """`simulate --budget-compare`: auto beside fixed budgets, 4K to 185K, from the committed table."""
+
+    def test_auto_within_two_percent_of_the_best_fixed_budget(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "compare.json")
+            rc, out, err = run("simulate", "--budget-compare", "--json", path, timeout=120)
+            self.assertEqual(rc, 0, err)
+            with open(path) as f:
+                doc = json.load(f)
+        self.assertTrue(out.startswith("treemla simulate --budget-compare: seed 1, 400 rounds"), out)
+        self.assertIn("gain of auto in tokens/s over", out)
+        self.assertEqual(set(doc), COMPARE_KEYS)
+        self.assertEqual(set(doc["config"]), COMPARE_CONFIG_KEYS)
+        self.assertEqual(doc["config"]["prompts"], [4096, 8192, 16384, 32768, 65536, 131072, 185000])
+        self.assertEqual(doc["config"]["budgets"], [15, 63, 255, 1023])
+        self.assertEqual((doc["config"]["depth"], doc["config"]["top_k"]), (15, 8))
+        for r in doc["results"]:
+            self.assertEqual(set(r), COMPARE_RESULT_KEYS)
+            fixed = {f["budget"]: f["tokens_per_s"] for f in r["fixed"]}
+            self.assertTrue({15, 63, 255, 1023} <= set(fixed), fixed)
+            best = max(fixed.values())
+            # The stated margin (docs/budget.md): auto never more than 2% below the best fixed budget.
+            self.assertGreaterEqual(r["auto"]["tokens_per_s"], 0.98 * best, r)
+            self.assertAlmostEqual(r["best_any"]["gain"], r["auto"]["tokens_per_s"] / best - 1, places=9)
+        # Long prompts make verify dear: auto's budget shrinks from 4K to 185K.
+        budgets = [r["auto"]["mean_budget"] for r in doc["results"]]
+        self.assertGreater(budgets[0], budgets[-1])
+
+    def test_options_of_the_comparison(self):
+        rc, out, err = run("simulate", "--budget-compare", "--compare-prompts", "2048,100000",
+                           "--compare-budgets", "31", "--rounds", "20", "--layers", "61")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("61 layers", out)
+        self.assertRegex(out, r"(?m)^ +100000 +31 ")
+        self.assertNotRegex(out, r"(?m)^ +2048 +63 ")
+
+
+class CostTableFiles(unittest.TestCase):
+    """The cost table reader (bad files) and where the default table is found."""
+
+    def setUp(self):
+        with open(H200_TABLE) as f:
+            self.table = json.load(f)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def write(self, doc, text=None):
+        path = os.path.join(self.tmp.name, "table.json")
+        with open(path, "w") as f:
+            f.write(text if text is not None else json.dumps(doc))
+        return path
+
+    def assert_rejected(self, path, *needles):
+        rc, out, err = run("--budget", "auto", "--cost-table", path)
+        self.assertEqual(rc, 2, err)
+        self.assertNotIn("summary", out)
+        self.assertIn("--cost-table: '%s'" % path, err)
+        for needle in needles:
+            self.assertIn(needle, err)
+
+    def changed(self, **changes):
+        doc = json.loads(json.dumps(self.table))
+        for key, value in changes.items():
+            if value is None:
+                del doc[key]
+            else:
+                doc[key] = value
+        return doc
+
+    def test_missing_keys_and_types(self):
+        self.assert_rejected(self.write(self.changed(us=None)), 'key "us" is missing')
+        self.assert_rejected(self.write(self.changed(heads="8")), '"heads" must be an integer, not "8"')
+        self.assert_rejected(self.write(self.changed(n=16)), '"n" must be an array')
+        self.assert_rejected(self.write(self.changed(gpu=None)), 'key "gpu" is missing')
+
+    def test_wrong_shapes(self):
+        us = self.table["us"]
+        self.assert_rejected(self.write(self.changed(us=us[:7])), '"us" has 7 rows; must have len(n) = 8')
+        short = [row[:] for row in us]
+        short[2] = short[2][:8]
+        self.assert_rejected(self.write(self.changed(us=short)), "us[2] has 8 entries; must have len(L) = 9")
+        self.assert_rejected(self.write(self.changed(n=[1, 16, 16, 64, 128, 256, 512, 1024])),
+                             "n[2] = 16 must be > n[1] = 16")
+
+    def test_non_finite_and_non_positive_times(self):
+        us = [row[:] for row in self.table["us"]]
+        us[1][3] = None  # how JSON writers store NaN
+        self.assert_rejected(self.write(self.changed(us=us)), "us[1][3] is null", "finite number > 0")
+        us[1][3] = -2
+        self.assert_rejected(self.write(self.changed(us=us)), "us[1][3] = -2 must be a finite number > 0")
+        text = json.dumps(self.changed(us=self.table["us"])).replace(str(self.table["us"][0][0]), "1e999", 1)
+        self.assert_rejected(self.write(None, text), "number overflow")
+
+    def test_unreadable_files(self):
+        self.assert_rejected(self.write(None, "{not json"), "not a valid JSON file")
+        self.assert_rejected(self.write([1, 2]), "the top level must be a JSON object")
+        missing = os.path.join(self.tmp.name, "missing.json")
+        self.assert_rejected(missing, "cannot be opened")
+
+    def test_default_table_lookup_order(self):
+        # A binary with no table beside it says where it looked.
+        bare = os.path.join(self.tmp.name, "bare")
+        os.makedirs(bare)
+        shutil.copy(TREEMLA, os.path.join(bare, "treemla"))
+        p = subprocess.run([os.path.join(bare, "treemla"), "--budget", "auto"], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("no default cost table found", p.stderr)
+        self.assertIn(os.path.join(bare, "share", "treemla", "default-cost-table.json"), p.stderr)
+        self.assertIn(os.path.join(self.tmp.name, "share", "treemla", "default-cost-table.json"), p.stderr)
+        self.assertIn("--cost-table", p.stderr)
+        # An installed tree (bin/treemla, share/treemla/...) and a build tree (share/ beside it).
+        for binary, share in ((os.path.join(self.tmp.name, "bin"), os.path.join(self.tmp.name, "share")),
+                              (bare, os.path.join(bare, "share"))):
+            os.makedirs(os.path.join(share, "treemla"), exist_ok=True)
+            table = os.path.join(share, "treemla", "default-cost-table.json")
+            shutil.copy(H200_TABLE, table)
+            os.makedirs(binary, exist_ok=True)
+            shutil.copy(TREEMLA, os.path.join(binary, "treemla"))
+            p = subprocess.run([os.path.join(binary, "treemla"), "--budget-compare", "--rounds", "5",
+                                "--compare-prompts", "4096"], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("cost table: %s (NVIDIA H200" % table, p.stdout)
+            os.remove(table)
+
+
+class PlotBudget(unittest.TestCase):
+    """scripts/plot_budget.py draws its PNG from the tool's comparison; skipped without matplotlib."""
+
+    def test_writes_a_png(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed (pip install matplotlib)")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "plot_budget.py")
+        with tempfile.TemporaryDirectory() as tmp:
+            png = os.path.join(tmp, "budget.png")
+            p = subprocess.run([sys.executable, script, "--treemla", TREEMLA, "--out", png, "--rounds", "10",
+                                "--prompts", "4096,65536,185000", "--profiles", "2,4"],
+                               capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
 class WithoutGpu(unittest.TestCase):

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "sim/simulation.h"
+#include "simulate_budget.h"
 
 namespace treemla::tool {
 
@@ -31,6 +32,8 @@ std::string mib(double bytes) { return fmt::format("{:.2f}", bytes / (1 << 20));
 struct SimulateArgs {
   SimulationConfig config;
   std::string policy = "as-freed", frag_report = "auto", json;
+  BudgetArgs budget;              // --budget, the cost model, --budget-compare
+  BudgetCompareConfig compare;    // with --budget-compare
 };
 
 void add_options(CLI::App& app, SimulateArgs& a) {
@@ -43,7 +46,6 @@ void add_options(CLI::App& app, SimulateArgs& a) {
   cli::add_choice(app, "--device", c.device, {"cpu", "cuda"},
                   "where the cache lives and attention, commit and defrag run: cpu, or cuda (a CUDA build and a GPU)");
   integer("--heads", c.heads, limits::kHeads, "query heads of the verify attention");
-  integer("--budget", c.budget, limits::kBudget, "DDTree budget: draft nodes per tree besides the root");
   integer("--depth", c.depth, limits::kDepth, "DDTree depth limit (drafter block size - 1)");
   integer("--topk", c.top_k, limits::kTopK, "drafter candidates per depth");
   app.add_option("--page-size", c.page_size, "rows per KV page")
@@ -77,24 +79,32 @@ void add_options(CLI::App& app, SimulateArgs& a) {
                   "page-size-64 cache: auto (= on with --device cuda), on, off");
   integer("--frag-reps", c.frag_reps, limits::kFragReps, "timed runs per layout in the fragmentation report (median)");
   app.add_option("--json", a.json, "also write the run's numbers (GPU times, fragmentation table) as JSON to this file");
+  add_budget_options(app, a.budget, c);
 }
 
-// The rules that tie options together (min <= max, page size, pool size); throws
+// The rules that tie options together (min <= max, page size, pool size, the cost table); throws
 // std::invalid_argument naming the option.
-void finish_config(SimulateArgs& a) {
+void finish_config(const CLI::App& app, SimulateArgs& a) {
   SimulationConfig& c = a.config;
+  finish_budget_options(app, a.budget, c, a.compare);
   c.policy = a.policy == "sorted" ? kvpool::FreePolicy::kSorted : kvpool::FreePolicy::kAsFreed;
   c.frag_report = a.frag_report == "auto" ? -1 : (a.frag_report == "on" || a.frag_report == "1") ? 1 : 0;
-  validate_config(c);
+  if (!a.budget.compare) validate_config(c);
 }
 
-void print_header(std::ostream& os, const SimulationConfig& c) {
+void print_header(std::ostream& os, const SimulationConfig& c, const BudgetArgs& b) {
   const int64_t pages = c.num_pages > 0 ? c.num_pages : default_num_pages(c);
   os << "treemla simulate: seed " << c.seed << ", device " << c.device << ", " << c.rounds << " rounds\n"
      << "  requests: up to " << c.max_requests << " live, prompts " << c.prompt_min << ".." << c.prompt_max
      << " tokens, each generates " << c.gen_min << ".." << c.gen_max << " tokens\n"
-     << "  DDTree: budget " << c.budget << " (" << tree_nodes(c) << " rows per request-round), depth " << c.depth
-     << ", top-k " << c.top_k << ", accept-prob " << c.accept_prob << "\n"
+     << "  DDTree: budget "
+     << (c.budget_auto ? fmt::format("auto (up to {} rows per request-round)", tree_nodes(c))
+                       : fmt::format("{} ({} rows per request-round)", c.budget, tree_nodes(c)))
+     << ", depth " << c.depth << ", top-k " << c.top_k << ", target " << c.target;
+  if (c.target == "children") os << ", accept-prob " << c.accept_prob;
+  if (c.draft_logit_range != SimulationConfig{}.draft_logit_range)
+    os << ", drafter logits in [0, " << c.draft_logit_range << "]";
+  os << "\n"
      << "  verify: " << c.heads << " heads, q/k " << kHeadDimQK << " v " << kHeadDimV << ", bf16 cache\n"
      << "  pool: " << pages << " pages x " << c.page_size << " rows (" << kvpool::free_policy_name(c.policy)
      << ", " << mib(pages * c.page_size * kHeadDimQK * 2.0) << " MiB); ";
@@ -116,6 +126,7 @@ void print_header(std::ostream& os, const SimulationConfig& c) {
     }
     os << "; fragmentation report " << (c.frag_report != 0 ? "at the end" : "off") << "\n";
   }
+  print_cost_header(os, b, c);
 }
 
 // "length:count" for every non-zero count; with more than 16 of them, counts of equal ranges
@@ -286,6 +297,7 @@ void print_summary(std::ostream& os, const SimulationConfig& c, const Simulation
              r.tokens_committed, r.request_rounds, r.mean_acceptance());
   fmt::print(os, "  acceptance hist   {} (length:request-rounds, zeros left out)\n",
              compact_histogram(r.acceptance_histogram));
+  print_cost_summary(os, c, r);
   const double per_call = r.verify_calls ? r.verify_seconds / r.verify_calls : 0.0;
   fmt::print(os,
              "  verify attention  {:.3f} s on {} in {} calls ({:.2f} ms/call, {:.2f} GFLOP/s); {}: {} checks, "
@@ -355,7 +367,7 @@ nlohmann::ordered_json json_layout(const FragLayout& l, const FragmentationRepor
 
 // The run's numbers (docs/tool.md lists the keys). Non-finite numbers (never expected) become
 // null, as nlohmann::json writes them.
-nlohmann::ordered_json to_json(const SimulationConfig& c, const SimulationReport& r) {
+nlohmann::ordered_json to_json(const SimulationConfig& c, const SimulationReport& r, const BudgetArgs& b) {
   using json = nlohmann::ordered_json;
   json doc;
   doc["config"] = {{"device", c.device},
@@ -363,6 +375,7 @@ nlohmann::ordered_json to_json(const SimulationConfig& c, const SimulationReport
                    {"rounds", c.rounds},
                    {"heads", c.heads},
                    {"budget", c.budget},
+                   {"budget_mode", c.budget_auto ? "auto" : "fixed"},
                    {"depth", c.depth},
                    {"top_k", c.top_k},
                    {"page_size", c.page_size},
@@ -376,6 +389,8 @@ nlohmann::ordered_json to_json(const SimulationConfig& c, const SimulationReport
                    {"defrag_threshold", c.defrag_threshold},
                    {"defrag_max_moves", c.defrag_max_moves},
                    {"accept_prob", c.accept_prob},
+                   {"target", c.target},
+                   {"draft_logit_range", c.draft_logit_range},
                    {"check_every", c.check_every},
                    {"check_max_context", c.check_max_context}};
   doc["wall_seconds"] = r.wall_seconds;
@@ -435,6 +450,7 @@ nlohmann::ordered_json to_json(const SimulationConfig& c, const SimulationReport
         {"final_defrag", {{"page_moves", g.final_defrag_moves}, {"bytes", g.final_defrag_bytes}, {"ms", g.final_defrag_ms}}},
         {"max_diff", g.max_diff}};
   }
+  doc["cost_model"] = cost_json(b, c, r);
   return doc;
 }
 
@@ -451,20 +467,25 @@ int cmd_simulate(int argc, char** argv) {
       "commit, defrag moves run there, timed with CUDA events; at the end the prefix pass is timed on the\n"
       "churned pool, after a full defrag and in a fresh contiguous cache. GLM-5 shapes at long context:\n"
       "  treemla simulate --device cuda --heads 8 --budget 64 --depth 15 --page-size 1 \\\n"
-      "      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 40\n",
+      "      --prompt-min 32768 --prompt-max 131072 --max-requests 4 --rounds 40\n\n"
+      "--budget auto picks each tree's budget per request and round from a verify cost table (default: the\n"
+      "H200 table installed with the tool) for the most tokens per second; --budget-compare prints auto beside\n"
+      "fixed budgets for prompts of 4K..185K in under a second, without the serving loop (docs/budget.md).\n",
       "treemla simulate");
   cli::configure(app);
   SimulateArgs args;
   add_options(app, args);
-  if (const auto rc = cli::parse(app, argc, argv, [&] { finish_config(args); })) return *rc;
+  if (const auto rc = cli::parse(app, argc, argv, [&] { finish_config(app, args); })) return *rc;
   const SimulationConfig& c = args.config;
-  require_device(c.device);  // before any output: no GPU is an error (exit 1), not a bad option
+  if (!args.budget.compare) require_device(c.device);  // before any output: no GPU is an error (exit 1)
   std::ofstream json_file;
   if (!args.json.empty()) {  // before the run, which may take minutes
     json_file.open(args.json);
     if (!json_file) return cli::usage_error(app, "--json: '" + args.json + "' cannot be opened for writing");
   }
-  print_header(std::cout, c);
+  if (args.budget.compare)
+    return run_budget_compare(args.budget, args.compare, json_file.is_open() ? &json_file : nullptr);
+  print_header(std::cout, c, args.budget);
   std::cout << std::flush;
   StatusLine status(isatty(STDERR_FILENO) != 0);
   SimulationHooks hooks;
@@ -474,7 +495,7 @@ int cmd_simulate(int argc, char** argv) {
   status.clear();
   print_summary(std::cout, c, r);
   if (json_file.is_open()) {
-    json_file << to_json(c, r).dump(2) << "\n";
+    json_file << to_json(c, r, args.budget).dump(2) << "\n";
     json_file.close();
     if (!json_file) {
       std::cerr << "treemla simulate: writing " << args.json << " failed\n";

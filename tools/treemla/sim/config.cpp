@@ -7,21 +7,39 @@
 #include <string>
 
 #include "sim/simulation.h"
+#include "sim/synthetic.h"
 
 namespace treemla::tool {
 
-int32_t tree_nodes(const SimulationConfig& c) {
-  int64_t paths = 0, level = 1;
-  for (int d = 1; d <= c.depth && paths < c.budget; ++d) {
-    level = std::min<int64_t>(level * c.top_k, int64_t{c.budget} + 1);  // only "reaches the budget" matters
-    paths += level;
-  }
-  return static_cast<int32_t>(1 + std::min<int64_t>(paths, c.budget));
-}
+int32_t tree_nodes(const SimulationConfig& c) { return ddtree_nodes(c.depth, c.top_k, c.budget); }
 
 int64_t default_num_pages(const SimulationConfig& c) {
   return int64_t{c.max_requests} * pages_for_rows(int64_t{c.prompt_max} + c.gen_max + tree_nodes(c), c.page_size) + 1;
 }
+
+namespace {
+
+// The run must be one the cost table can cost: its configuration, its tree sizes and its prefixes.
+void check_against_table(const SimulationConfig& c) {
+  const CostTable& t = c.cost_model.table;
+  check_table_configuration(t, c.heads, c.page_size);
+  const int32_t nodes = tree_nodes(c);
+  if (nodes < t.n.front() || nodes > t.n.back()) {
+    throw std::invalid_argument("--budget " + std::to_string(c.budget) + " with --depth " + std::to_string(c.depth) +
+                                " and --topk " + std::to_string(c.top_k) + " makes trees of " + std::to_string(nodes) +
+                                " nodes, outside the cost table's n range [" + std::to_string(t.n.front()) + ", " +
+                                std::to_string(t.n.back()) + "]");
+  }
+  const int64_t longest = int64_t{c.prompt_max} + c.gen_max - 1;  // a request's longest prefix
+  if (longest > t.L.back()) {
+    throw std::invalid_argument("--prompt-max " + std::to_string(c.prompt_max) + " with --gen-max " +
+                                std::to_string(c.gen_max) + " gives prefixes up to " + std::to_string(longest) +
+                                " rows, past the cost table's largest L, " + std::to_string(t.L.back()) +
+                                " (no extrapolation)");
+  }
+}
+
+}  // namespace
 
 void validate_config(const SimulationConfig& c) {
   auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
@@ -61,6 +79,12 @@ void validate_config(const SimulationConfig& c) {
   if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0)) bad("accept-prob", real(c.accept_prob), "a number in [0, 1]");
   if (!(c.defrag_threshold == 0.0 || (c.defrag_threshold >= 1.0 && c.defrag_threshold <= 1e9)))
     bad("defrag-threshold", real(c.defrag_threshold), "0 (off) or a number of runs per request in [1, 1e9]");
+  if (!(c.draft_logit_range >= 0.0 && c.draft_logit_range <= limits::kMaxDraftLogitRange))
+    bad("draft-logit-range", real(c.draft_logit_range), "a number in [0, " + real(limits::kMaxDraftLogitRange) + "]");
+  parse_target(c.target);
+  validate_cost_model(c.cost_model);
+  if (c.budget_auto && !c.cost_model.on()) throw std::invalid_argument("--budget auto needs a cost table (--cost-table)");
+  if (c.cost_model.on()) check_against_table(c);
   range("num-pages", c.num_pages, limits::kNumPages);
   if (c.num_pages > 0) {
     // A request must fit alone, or it would wait for admission forever.

@@ -12,6 +12,10 @@
 // tree::accept_path; at the end a fragmentation report times the prefix pass on the churned
 // pool, after a full defrag and in a fresh contiguous cache. The trajectory (acceptance, churn,
 // defrags) is the CPU one for the same seed; attention outputs, and so the trace, differ.
+//
+// With a cost model (SimulationConfig::cost_model) every request-round is also costed from the
+// cost table; with --budget auto each request's tree is built at the largest budget and cut to
+// the budget the picker chooses (budget_model.h), its calibration measured online.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,15 +25,18 @@
 #include <functional>
 #include <memory>
 #include <ostream>
-#include <random>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "sim/backend.h"
+#include "sim/budget_model.h"
 #include "sim/simulation.h"
+#include "sim/synthetic.h"
 #include "treemla/attention.h"
+#include "treemla/budget.h"
 #include "treemla/dtype.h"
 #include "treemla/error.h"
 #include "treemla/kvpool.h"
@@ -39,28 +46,12 @@ namespace treemla::tool {
 
 namespace {
 
-class Rng {
- public:
-  explicit Rng(uint32_t seed) : eng_(seed) {}
-  // Inclusive [lo, hi] from 64 raw bits; the modulo bias is far below anything a run can see.
-  int64_t uniform_int(int64_t lo, int64_t hi) {
-    const uint64_t x = (uint64_t{eng_()} << 32) | eng_();
-    return lo + static_cast<int64_t>(x % (static_cast<uint64_t>(hi - lo) + 1));
-  }
-  double uniform01() { return (eng_() >> 8) * (1.0 / 16777216.0); }  // [0, 1), 24 bits
-  float symmetric() { return static_cast<float>(uniform01() * 2.0 - 1.0); }
-
- private:
-  std::mt19937 eng_;
-};
-
 uint64_t mix(uint64_t h, uint64_t v) {
   v *= 0x9e3779b97f4a7c15ull;
   v ^= v >> 32;
   return (h ^ v) * 0x100000001b3ull + 0x632be59bd9b4e019ull;
 }
 
-constexpr int32_t kVocab = 32000;
 constexpr float kSmScale = 0.0625f;  // GLM-5's 1/sqrt(256)
 
 struct LiveRequest {
@@ -81,8 +72,8 @@ struct Pending {  // the next arrival, drawn once so that a deferred request kee
 struct Work {  // one request's share of a round
   size_t live = 0;               // index into the live list
   int64_t prefix = 0;            // committed rows before the tree
-  tree::DDTree tree;
-  std::vector<float> log_probs;  // the drafter's [depth, top_k]
+  Draft draft;                   // the drafter's top-K per depth
+  tree::DDTree tree;             // the tree verified
   std::vector<uint64_t> tail;    // hashes of the tree rows as written
 };
 
@@ -90,7 +81,7 @@ class Simulation {
  public:
   Simulation(const SimulationConfig& c, const SimulationHooks& hooks)
       : cfg_(validated(c)), hooks_(hooks), control_(c.seed), data_(c.seed ^ 0x5bd1e995u), nodes_(tree_nodes(c)),
-        pool_(pool_config(c)) {
+        pool_(pool_config(c)), target_(parse_target(c.target)), calibration_(c.cost_model.calibration_window) {
     const BackendLimits limits{c.max_requests, int64_t{c.max_requests} * nodes_, c.heads};
     backend_ = hooks.backend ? hooks.backend(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
     report_.num_pages = pool_.config().num_pages;
@@ -211,28 +202,15 @@ class Simulation {
     return hashes;
   }
 
-  // The drafter: per depth, top_k distinct tokens and a random softmax over them plus one
-  // "everything else" bucket, so that the log-probs are sorted, negative and vary round to round.
+  // The drafter (synthetic.h) and the tree: built at the configured budget, then with --budget
+  // auto cut to the first 1 + B nodes, B picked from the tree's scores and the cost model.
   void draft(Work& w, int32_t bonus) {
-    const int D = cfg_.depth, K = cfg_.top_k;
-    std::vector<int32_t> tokens(static_cast<size_t>(D) * K);
-    w.log_probs.assign(tokens.size(), 0.f);
-    std::vector<double> logits(static_cast<size_t>(K));
-    for (int d = 0; d < D; ++d) {
-      int32_t* tok = tokens.data() + static_cast<size_t>(d) * K;
-      for (int k = 0; k < K; ++k) {
-        do {
-          tok[k] = static_cast<int32_t>(control_.uniform_int(0, kVocab - 1));
-        } while (std::find(tok, tok + k, tok[k]) != tok + k);
-      }
-      for (double& l : logits) l = 4.0 * control_.uniform01();
-      std::sort(logits.begin(), logits.end(), std::greater<>());
-      double z = std::exp(1.0);  // the rest of the vocabulary
-      for (double l : logits) z += std::exp(l);
-      for (int k = 0; k < K; ++k) w.log_probs[static_cast<size_t>(d) * K + k] = static_cast<float>(logits[k] - std::log(z));
+    w.draft = draw_draft(control_, cfg_.depth, cfg_.top_k, cfg_.draft_logit_range);
+    w.tree = tree::build_ddtree(w.draft.view(), bonus, cfg_.budget, cfg_.depth);
+    if (cfg_.budget_auto) {
+      const int32_t b = pick_auto_budget(cfg_.cost_model, w.tree, w.prefix, calibration_.value());
+      w.tree = truncate_ddtree(w.tree, b);
     }
-    tree::DraftTopK dt{D, K, tokens, w.log_probs};
-    w.tree = tree::build_ddtree(dt, bonus, cfg_.budget, D);
   }
 
   // Drafts a tree for every live request and appends its rows; a request whose tree does not fit
@@ -388,41 +366,6 @@ class Simulation {
     ++report_.cross_checks;
   }
 
-  // The synthetic target: at a node with children it picks one of them with probability
-  // accept_prob (weighted by the drafter's probabilities, so the target mostly agrees with the
-  // drafter's favourites), otherwise a token no child carries.
-  std::vector<int32_t> target_tokens(const Work& w) {
-    const tree::DDTree& t = w.tree;
-    const int n = t.size();
-    std::vector<std::vector<int32_t>> children(static_cast<size_t>(n));
-    for (int i = 1; i < n; ++i) children[static_cast<size_t>(t.parents[i])].push_back(i);
-    std::vector<int32_t> target(static_cast<size_t>(n));
-    for (int u = 0; u < n; ++u) {
-      const auto& ch = children[static_cast<size_t>(u)];
-      if (!ch.empty() && control_.uniform01() < cfg_.accept_prob) {
-        double total = 0;
-        for (int32_t c : ch) total += std::exp(w.log_probs[static_cast<size_t>(t.depths[c] - 1) * cfg_.top_k + t.ranks[c]]);
-        double x = control_.uniform01() * total;
-        int32_t pick = ch.back();
-        for (int32_t c : ch) {
-          x -= std::exp(w.log_probs[static_cast<size_t>(t.depths[c] - 1) * cfg_.top_k + t.ranks[c]]);
-          if (x < 0) {
-            pick = c;
-            break;
-          }
-        }
-        target[static_cast<size_t>(u)] = t.tokens[static_cast<size_t>(pick)];
-      } else {
-        int32_t tok;
-        do {
-          tok = static_cast<int32_t>(control_.uniform_int(0, kVocab - 1));
-        } while (std::any_of(ch.begin(), ch.end(), [&](int32_t c) { return t.tokens[static_cast<size_t>(c)] == tok; }));
-        target[static_cast<size_t>(u)] = tok;
-      }
-    }
-    return target;
-  }
-
   // Target tokens for every request first, in batch order (the same draws as one request at a
   // time), then either the device accepts and commits the whole batch or the host does it
   // request by request. Either way the host bookkeeping changes in the same order.
@@ -431,7 +374,7 @@ class Simulation {
     std::vector<std::vector<int32_t>> targets;
     std::vector<int32_t> parents, tokens, flat_targets;
     for (const Work& w : work) {
-      targets.push_back(target_tokens(w));
+      targets.push_back(draw_target(control_, target_, w.draft, w.tree, cfg_.accept_prob));
       parents.insert(parents.end(), w.tree.parents.begin(), w.tree.parents.end());
       tokens.insert(tokens.end(), w.tree.tokens.begin(), w.tree.tokens.end());
       flat_targets.insert(flat_targets.end(), targets.back().begin(), targets.back().end());
@@ -484,6 +427,14 @@ class Simulation {
       q.rows.push_back(want);
     }
     report_.rows_checked += n;
+    if (cfg_.cost_model.on()) {
+      report_.cost.add(cfg_.cost_model, w.tree, w.prefix, n);
+      if (cfg_.budget_auto) {
+        const auto scores = std::span(w.tree.scores).subspan(1);
+        calibration_.add(double(n - 1), expected_tokens(scores, w.tree.size() - 1) - 1.0);
+        report_.calibration = calibration_.value();
+      }
+    }
 
     ++report_.request_rounds;
     report_.tokens_committed += n;
@@ -637,6 +588,8 @@ class Simulation {
   Rng control_, data_;
   int32_t nodes_;
   kvpool::KvPool pool_;
+  Target target_;
+  OnlineCalibration calibration_;  // of the picker, with --budget auto
   std::unique_ptr<SimBackend> backend_;
   std::vector<LiveRequest> live_;
   Pending pending_;

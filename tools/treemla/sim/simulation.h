@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sim/backend.h"
+#include "sim/budget_model.h"
 #include "treemla/attention.h"
 #include "treemla/kvpool.h"
 #include "treemla/tree.h"
@@ -48,6 +49,13 @@ struct SimulationConfig {
   int progress_every = 10;       // 0 = no progress lines
   int frag_report = -1;          // fragmentation report at the end: -1 = on for cuda, 0 = off, 1 = on
   int frag_reps = 20;            // timed runs per layout in that report (median)
+  double draft_logit_range = 4.0;  // the drafter's top-k logits are uniform in [0, this] (synthetic.h)
+  std::string target = "children";  // the synthetic target: children or drafter (synthetic.h)
+  // --budget auto: every request builds its tree at `budget` (the largest budget the picker may
+  // choose) and verifies its first 1 + B nodes, B picked per request and round from cost_model.
+  bool budget_auto = false;
+  // With a cost table every request-round is costed (SimulationReport::cost); budget_auto needs one.
+  CostModelConfig cost_model;
 };
 
 // CUDA-event times of a device backend (kernels only), one entry per call; empty on the CPU.
@@ -121,6 +129,8 @@ struct SimulationReport {
   double wall_seconds = 0;
   GpuTimes gpu;
   FragmentationReport frag;
+  CostTally cost;           // with a cost model: every request-round costed alone, the budgets used
+  double calibration = 1;   // with --budget auto: the picker's online calibration at the end
 
   double mean_acceptance() const { return request_rounds ? double(tokens_committed) / request_rounds : 0.0; }
   bool checks_passed() const {
@@ -150,6 +160,7 @@ inline constexpr IntRange kCheckEvery{0, 10000000};
 inline constexpr IntRange kCheckMaxContext{0, kMaxPrefixLen};
 inline constexpr IntRange kProgressEvery{0, 10000000};
 inline constexpr IntRange kFragReps{1, 1000};
+inline constexpr double kMaxDraftLogitRange = 50.0;
 }  // namespace limits
 
 // Runs per live request (1 = every request contiguous); 1 for an empty pool.
