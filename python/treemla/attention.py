@@ -131,8 +131,10 @@ def verify_attention(q: torch.Tensor, kv_cache: torch.Tensor, page_table: torch.
             dtype, contiguous; page_size a power of two.
         page_table: ``[batch, max_pages]`` int32; rows contiguous (a column slice of a wider
             table is fine). It must map every row a request reads:
-            ``ceil((prefix_lens[b] + q_len) / page_size) <= max_pages``. The CPU checks this; the
-            GPU checks page values but not this row bound, so size the table accordingly.
+            ``ceil((prefix_lens[b] + q_len) / page_size) <= max_pages``. Both devices check this
+            bound and the page values: the CPU raises; the GPU reads nothing past the row and
+            :func:`check_status` reports the request. For a column slice of a wider table the
+            GPU's bound is the wider row (``page_table.stride(0)`` entries).
         prefix_lens: ``[batch]`` int32.
         q_indptr: ``[batch + 1]`` int32, ``q_indptr[0] == 0``, non-decreasing,
             ``q_indptr[batch] <= total_q``; q_len = 1..1025 per request (0 is allowed).
