@@ -239,6 +239,7 @@ void apply_row_moves(const PoolConfig& config, std::span<const RowMove> moves,
 // the destinations are distinct and no destination is the source of another move of that wave.
 void validate_waves(std::span<const PageMove> moves, std::span<const int32_t> wave_offsets);
 void validate_waves(std::span<const RowMove> moves, std::span<const int32_t> wave_offsets);
+
 inline void apply_plan(const PoolConfig& config, const DefragPlan& plan, void* cache) {
   apply_page_moves(config, plan.moves, cache);
 }

@@ -75,14 +75,32 @@ class KvPool:
                                as_int(row_width, "row_width"), as_int(elem_size, "elem_size"),
                                policy)
 
+    # The integer parameters of the methods that come straight from the C++ class: checked here,
+    # because pybind11 would truncate a NumPy float (np.float32(2.7) -> 2).
+    _INT_PARAMS = {"pages_for": ("num_tokens",), "alloc": ("request", "num_tokens"),
+                   "extend": ("request", "num_tokens"), "truncate": ("request", "num_tokens"),
+                   "free": ("request",), "num_tokens": ("request",), "pages": ("request",),
+                   "locate": ("request", "row"), "page_table_row": ("request", "stride", "pad"),
+                   "runs": ("request",)}
+
     def __getattr__(self, name):
         # alloc, extend, truncate, free, num_tokens, pages, request_ids, num_free_pages,
         # num_used_pages, free_list, locate, page_table_row, runs, metrics, pages_for,
         # check_invariants and the config properties come straight from the C++ class.
-        return getattr(self._pool, name)
+        attr = getattr(self._pool, name)
+        params = KvPool._INT_PARAMS.get(name)
+        if params is None:
+            return attr
+
+        def checked(*args, **kwargs):
+            args = [as_int(a, n) for a, n in zip(args, params)] + list(args[len(params):])
+            kwargs = {k: as_int(v, k) if k in params else v for k, v in kwargs.items()}
+            return attr(*args, **kwargs)
+        checked.__doc__ = attr.__doc__
+        return checked
 
     def __contains__(self, request: int) -> bool:
-        return request in self._pool
+        return as_int(request, "request") in self._pool
 
     def plan_defrag(self) -> DefragPlan:
         """Plan a full defrag (each request's pages contiguous, ascending) without applying it."""
