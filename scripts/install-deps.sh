@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what treemla's build and tests need on a Debian/Ubuntu machine, skipping what is
-# already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with pip.
+# already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with venv (the test
+# command builds the PyTorch binding in a virtual environment; pip comes with it).
 # The CUDA toolkit (nvcc, CUDA 12.8+ for sm_120) is not installed here: it is found at
 # /usr/local/cuda or on PATH; without it the build is CPU-only, unless TREEMLA_REQUIRE_CUDA=1,
 # which makes a missing nvcc an error (CI sets it: every kernel must compile).
@@ -10,7 +11,11 @@ need=()
 command -v g++ >/dev/null || need+=(g++)
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
-command -v python3 >/dev/null || need+=(python3 python3-pip)
+if ! command -v python3 >/dev/null; then
+  need+=(python3 python3-venv)
+elif ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+  need+=(python3-venv)  # Debian's python3 keeps venv's pip bootstrap in this package
+fi
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
