@@ -1,9 +1,10 @@
 """Draft trees on the host: DDTree builder, ancestor masks, positions, batch layout, acceptance.
 
 A tree of n nodes is its parent array: ``parents[0] == -1`` (the root, the last accepted "bonus"
-token) and ``0 <= parents[i] < i``. Inputs may be lists or CPU integer tensors; outputs are CPU
-int32 tensors (masks int64). Invalid trees raise RuntimeError with the library's message naming
-the node and the rule it broke.
+token) and ``0 <= parents[i] < i``. Inputs may be lists or CPU integer tensors (floats, bools and
+values outside int32 raise, they are never truncated); outputs are CPU int32 tensors (masks
+int64). Invalid trees raise RuntimeError with the library's message naming the node and the rule
+it broke.
 """
 from __future__ import annotations
 
