@@ -84,7 +84,7 @@ def want_cuda():
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
         found = re.search(r"release (\d+)\.(\d+)", out)
         if found and found.group(1) != torch.version.cuda.split(".")[0]:
-            reasons.append("nvcc is CUDA %s.%s but this torch was built with CUDA %s (the major "
+            reasons.append("nvcc is CUDA %s.%s, this torch was built with CUDA %s (the major "
                            "versions must match)" % (found.group(1), found.group(2), torch.version.cuda))
     if reasons:
         if mode in ("1", "on", "yes", "true"):
