@@ -33,6 +33,8 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   echo "test-python: installing torch 2.11.0 into $VENV"
   "$PY" -m pip install -q --no-deps torch==2.11.0 nvidia-cusparselt-cu13==0.8.0 nvidia-cufile==1.15.1.6 \
     nvidia-nvshmem-cu13==3.4.5
+  echo "test-python: (pip may list torch's CUDA wheels as missing requirements: they are not" \
+    "needed, the libraries come from /usr/local/cuda; a torch that does not import is fixed below)"
   "$PY" -m pip install -q filelock typing-extensions sympy networkx jinja2 fsspec numpy
   if ! "$PY" -c "import torch"; then
     echo "test-python: torch does not import with the system CUDA libraries; installing its dependencies"
