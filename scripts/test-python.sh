@@ -10,9 +10,9 @@
 # dependency set is installed instead.
 #
 # The binding's CUDA code is compiled when nvcc is found and torch has CUDA of the same major
-# version: the same torch wheel carries torch's CUDA headers, so no GPU is needed. TREEMLA_BUILD_CUDA: auto (default),
-# 1 = fail if it cannot be built (TREEMLA_REQUIRE_CUDA=1, as CI sets, implies it), 0 = the CPU
-# parts only. Architectures: TORCH_CUDA_ARCH_LIST if set, else the visible GPUs', else sm_120
+# version: the same torch wheel carries torch's CUDA headers, so no GPU is needed.
+# TREEMLA_BUILD_CUDA: auto (default), 1 = fail if it cannot be built (TREEMLA_REQUIRE_CUDA=1, as
+# CI sets, implies it), 0 = the CPU parts only. Architectures: TORCH_CUDA_ARCH_LIST if set, else the visible GPUs', else sm_120
 # alone: without a GPU the point is that the binding's CUDA code compiles, and the CMake build
 # already compiles every kernel for every architecture.
 # Environment: BUILD_DIR (default build), VENV, PYTHON (the Python that makes the venv, default

@@ -1,5 +1,6 @@
 """scripts/plot.py renders both pictures from the committed benchmark JSON, computes the roofline
 coordinates the way the bench does, and refuses inputs it cannot draw with a clear message."""
+
 import importlib.util
 import json
 import pathlib
@@ -27,8 +28,9 @@ def plot_module():
 
 
 def run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300
+    )
 
 
 def png_size(path):
@@ -71,8 +73,9 @@ def test_roofline_coordinates_match_the_bench():
         assert tflops == pytest.approx(case["tflops"], rel=2e-3)
         assert intensity == pytest.approx(2 * case["heads"] * case["q_len"] * 1088 / 1152)
     # The peers' figures were recorded with their TFLOP/s: 760 us at B=1 H=8 q=65 L=131072 is 195.
-    x, y = plot.case_point({"batch": 1, "heads": 8, "q_len": 65, "prefix": 131072, "page_size": 64,
-                            "us": 760}, "peer")
+    x, y = plot.case_point(
+        {"batch": 1, "heads": 8, "q_len": 65, "prefix": 131072, "page_size": 64, "us": 760}, "peer"
+    )
     assert y == pytest.approx(195, rel=5e-3)
 
 
@@ -81,11 +84,18 @@ def test_bad_inputs_are_named(tmp_path):
     no_frag["fragmentation"] = None  # what a CPU run writes
     (tmp_path / "cpu.json").write_text(json.dumps(no_frag))
     res = run("fragmentation", tmp_path / "cpu.json", "-o", tmp_path / "x.png")
-    assert res.returncode == 2 and "has no fragmentation table" in res.stderr and "--device cuda" in res.stderr
+    assert (
+        res.returncode == 2
+        and "has no fragmentation table" in res.stderr
+        and "--device cuda" in res.stderr
+    )
     assert not (tmp_path / "x.png").exists()
 
-    (tmp_path / "peers.json").write_text(json.dumps([{"impl": "x", "batch": 1, "heads": 8, "q_len": 65,
-                                                      "prefix": 1024, "page_size": 64}]))
+    (tmp_path / "peers.json").write_text(
+        json.dumps(
+            [{"impl": "x", "batch": 1, "heads": 8, "q_len": 65, "prefix": 1024, "page_size": 64}]
+        )
+    )
     res = run("roofline", BENCH, "--peers", tmp_path / "peers.json", "-o", tmp_path / "x.png")
     assert res.returncode == 2 and "peers[0] has no 'us'" in res.stderr
 

@@ -2,6 +2,7 @@
 printed: on the CPU (the reference implementation) everywhere, and on the GPU where there is one.
 The result is checked against the pure-torch reference, so an example that runs but computes
 something else fails too."""
+
 import pathlib
 import re
 
@@ -18,9 +19,14 @@ DOCS = ["README.md", "python/README.md"]
 def example(doc: str) -> str:
     """The one ```python block of `doc` that calls treemla.verify_attention."""
     text = (ROOT / doc).read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
-              if "treemla.verify_attention(" in b]
-    assert len(blocks) == 1, f"{doc}: expected one Python example calling verify_attention, got {len(blocks)}"
+    blocks = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", text, re.S)
+        if "treemla.verify_attention(" in b
+    ]
+    assert len(blocks) == 1, (
+        f"{doc}: expected one Python example calling verify_attention, got {len(blocks)}"
+    )
     return blocks[0]
 
 
@@ -42,6 +48,6 @@ def test_example_runs_as_printed(device, monkeypatch):
     assert o.device.type == device and o.dtype == torch.bfloat16
     assert o.shape == (6, 16, 512) and lse.shape == (6, 16) and lse.dtype == torch.float32
     args = [scope[k] for k in ("q", "kv", "page_table", "lens", "q_indptr", "tree_mask")]
-    o_ref, lse_ref = reference_verify(*args, 192 ** -0.5)
+    o_ref, lse_ref = reference_verify(*args, 192**-0.5)
     torch.testing.assert_close(o.double(), o_ref, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(lse.double(), lse_ref, rtol=1e-4, atol=1e-3)

@@ -1,5 +1,6 @@
 """Argument conversion shared by the Python wrappers: integer arguments must be integers (a float
 is an error, never truncated), and values are range-checked before they are narrowed to int32."""
+
 from __future__ import annotations
 
 import operator
@@ -9,7 +10,7 @@ import torch
 
 IntLike = Union[torch.Tensor, Sequence[int]]
 
-INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _WITHIN_INT32 = (torch.int8, torch.int16, torch.uint8, torch.int32)
 
 
@@ -46,19 +47,25 @@ def as_int32(x: IntLike, name: str) -> torch.Tensor:
     other devices are passed on unchanged, for the operator to reject by name."""
     if not isinstance(x, torch.Tensor):
         if isinstance(x, (str, bytes)):
-            raise TypeError(f"{name} must be a sequence of integers or an integer tensor, got {x!r}")
+            raise TypeError(
+                f"{name} must be a sequence of integers or an integer tensor, got {x!r}"
+            )
         try:
             items = list(x)
         except TypeError:
-            raise TypeError(f"{name} must be a sequence of integers or an integer tensor, "
-                            f"got {type(x).__name__}") from None
+            raise TypeError(
+                f"{name} must be a sequence of integers or an integer tensor, "
+                f"got {type(x).__name__}"
+            ) from None
         bad = _first_non_integer(items, name)
         if bad:
             raise TypeError(f"{name} must hold integers, got {bad}")
         try:
             x = torch.tensor(items, dtype=torch.int64)
         except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
-            raise ValueError(f"{name} must be a rectangular sequence of int32 values ({exc})") from None
+            raise ValueError(
+                f"{name} must be a rectangular sequence of int32 values ({exc})"
+            ) from None
     elif x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise TypeError(f"{name} must hold integers, got a {x.dtype} tensor")
     if x.device.type != "cpu" or x.dtype == torch.int32:
@@ -69,6 +76,7 @@ def as_int32(x: IntLike, name: str) -> torch.Tensor:
         if bool(bad.any()):
             i = tuple(int(v) for v in bad.nonzero()[0])
             index = "][".join(str(v) for v in i)
-            raise ValueError(f"{name}[{index}] = {int(wide[i])} is outside int32 "
-                             f"[{INT32_MIN}, {INT32_MAX}]")
+            raise ValueError(
+                f"{name}[{index}] = {int(wide[i])} is outside int32 [{INT32_MIN}, {INT32_MAX}]"
+            )
     return x.to(torch.int32).contiguous()

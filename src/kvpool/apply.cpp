@@ -19,33 +19,36 @@ std::string describe(const RowSlot& r) {
 }
 
 template <class Move>
-void check_waves(std::span<const Move> moves, std::span<const int32_t> wave_offsets) {
+void check_waves(std::span<const Move> moves, std::span<const int32_t> offsets) {
   const int64_t m = static_cast<int64_t>(moves.size());
-  TREEMLA_CHECK(!wave_offsets.empty(), "wave_offsets must have num_waves + 1 >= 1 entries, got none");
-  TREEMLA_CHECK(wave_offsets[0] == 0, "wave_offsets[0] must be 0, got " << wave_offsets[0]);
-  for (size_t w = 1; w < wave_offsets.size(); ++w) {
-    TREEMLA_CHECK(wave_offsets[w] >= wave_offsets[w - 1],
-                  "wave_offsets must be non-decreasing, got wave_offsets[" << w << "] = " << wave_offsets[w]
-                                                                           << " after " << wave_offsets[w - 1]);
+  TREEMLA_CHECK(!offsets.empty(), "wave_offsets must have num_waves + 1 >= 1 entries, got none");
+  TREEMLA_CHECK(offsets[0] == 0, "wave_offsets[0] must be 0, got " << offsets[0]);
+  for (size_t w = 1; w < offsets.size(); ++w) {
+    TREEMLA_CHECK(offsets[w] >= offsets[w - 1],
+                  "wave_offsets must be non-decreasing, got wave_offsets["
+                      << w << "] = " << offsets[w] << " after " << offsets[w - 1]);
   }
-  TREEMLA_CHECK(wave_offsets.back() == m, "wave_offsets[" << wave_offsets.size() - 1 << "] = " << wave_offsets.back()
-                                                          << " must equal the number of moves, " << m);
+  TREEMLA_CHECK(offsets.back() == m, "wave_offsets[" << offsets.size() - 1 << "] = "
+                                                     << offsets.back()
+                                                     << " must equal the number of moves, " << m);
   std::unordered_map<int64_t, int64_t> writer;  // destination -> move, within one wave
-  for (size_t w = 0; w + 1 < wave_offsets.size(); ++w) {
+  for (size_t w = 0; w + 1 < offsets.size(); ++w) {
     writer.clear();
-    for (int64_t i = wave_offsets[w]; i < wave_offsets[w + 1]; ++i) {
-      const auto [it, fresh] = writer.emplace(key_of(moves[static_cast<size_t>(i)].dst), i);
-      TREEMLA_CHECK(fresh, "moves[" << i << "] and moves[" << it->second << "] of wave " << w << " both write "
-                                    << describe(moves[static_cast<size_t>(i)].dst)
+    for (int64_t i = offsets[w]; i < offsets[w + 1]; ++i) {
+      const Move& mv = moves[static_cast<size_t>(i)];
+      const auto [it, fresh] = writer.emplace(key_of(mv.dst), i);
+      TREEMLA_CHECK(fresh, "moves[" << i << "] and moves[" << it->second << "] of wave " << w
+                                    << " both write " << describe(mv.dst)
                                     << " (a wave's moves run concurrently on the GPU)");
     }
-    for (int64_t i = wave_offsets[w]; i < wave_offsets[w + 1]; ++i) {
-      const auto it = writer.find(key_of(moves[static_cast<size_t>(i)].src));
+    for (int64_t i = offsets[w]; i < offsets[w + 1]; ++i) {
+      const Move& mv = moves[static_cast<size_t>(i)];
+      const auto it = writer.find(key_of(mv.src));
       TREEMLA_CHECK(it == writer.end() || it->second == i,
-                    "moves[" << i << "] reads " << describe(moves[static_cast<size_t>(i)].src) << ", which moves["
+                    "moves[" << i << "] reads " << describe(mv.src) << ", which moves["
                              << it->second << "] of the same wave " << w
-                             << " writes (a wave's moves run concurrently on the GPU: put the reader in an "
-                                "earlier wave)");
+                             << " writes (a wave's moves run concurrently on the GPU: put the "
+                                "reader in an earlier wave)");
     }
   }
 }
