@@ -10,8 +10,8 @@
 #
 # The library's sources are compiled straight into the extension (no CMake): src/common, src/cpu,
 # src/tree and src/kvpool always; src/cuda/**/*.cu when torch has CUDA and nvcc is found, by
-# default for six architectures. On two cores the whole build takes about 4 minutes with six, 3
-# with one (TORCH_CUDA_ARCH_LIST narrows it), 2.5 without CUDA.
+# default for six architectures. On two cores the C++ parts take 2.5-4.5 minutes and the CUDA
+# kernels about 3 more for six architectures, 1 for one (TORCH_CUDA_ARCH_LIST narrows it).
 # Environment:
 #   TREEMLA_BUILD_CUDA    auto (default) | 1 (fail if CUDA cannot be built) | 0 (CPU only)
 #   TORCH_CUDA_ARCH_LIST  e.g. "9.0" or "8.0;9.0a;12.0+PTX"; default: the visible GPUs'
