@@ -1,12 +1,17 @@
 # Builds the treemla torch extension (treemla._C) against the torch that is already installed.
 #
+#   pip install 'setuptools>=70.1' ninja
 #   pip install --no-build-isolation ./python
 #
 # --no-build-isolation matters: an isolated build would fetch some other torch from the package
-# index, and the extension would then not load into the torch you run with.
+# index, and the extension would then not load into the torch you run with. It also means that
+# pyproject.toml's build requirements are not installed or checked, hence the first line (and
+# check_build_tools below).
 #
 # The library's sources are compiled straight into the extension (no CMake): src/common, src/cpu,
-# src/tree and src/kvpool always; src/cuda/**/*.cu when torch has CUDA and nvcc is found.
+# src/tree and src/kvpool always; src/cuda/**/*.cu when torch has CUDA and nvcc is found, by
+# default for six architectures. On two cores the C++ parts take 2.5-4.5 minutes and the CUDA
+# kernels about 3 more for six architectures, 1 for one (TORCH_CUDA_ARCH_LIST narrows it).
 # Environment:
 #   TREEMLA_BUILD_CUDA    auto (default) | 1 (fail if CUDA cannot be built) | 0 (CPU only)
 #   TORCH_CUDA_ARCH_LIST  e.g. "9.0" or "8.0;9.0a;12.0+PTX"; default: the visible GPUs'
@@ -15,8 +20,10 @@
 import glob
 import os
 import re
+import subprocess
 import sys
 
+import setuptools
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,14 +31,34 @@ ROOT = os.path.dirname(HERE)
 # Paths below are relative to this file; setuptools expects to run from here.
 os.chdir(HERE)
 
+INSTALL_HINT = ("  pip install 'setuptools>=70.1' ninja\n"
+                "  pip install --no-build-isolation ./python      # from the repository root")
+
+
+def check_build_tools():
+    """pip builds a wheel; --no-build-isolation builds it with the setuptools at hand and does not
+    enforce pyproject.toml's setuptools>=70.1. A new venv has setuptools 65 and no `wheel`
+    package, where the build would stop at "invalid command 'bdist_wheel'": say what to run."""
+    version = tuple(int(x) for x in re.findall(r"\d+", setuptools.__version__)[:2])
+    try:
+        import wheel  # noqa: F401  (older setuptools build wheels through it)
+        has_wheel = True
+    except ImportError:
+        has_wheel = False
+    if version < (70, 1) and not has_wheel:
+        sys.exit("treemla: setuptools %s cannot build a wheel without the `wheel` package; "
+                 "install the build requirements first:\n%s" % (setuptools.__version__, INSTALL_HINT))
+
+
+check_build_tools()
+
 try:
     import torch
     from torch.utils import cpp_extension
 except ImportError as exc:
-    sys.exit(
-        "treemla: torch is not importable in this environment (%s).\n"
-        "Build against your installed torch with: pip install --no-build-isolation ./python" % exc
-    )
+    sys.exit("treemla: torch is not importable in this environment (%s). The extension is built "
+             "against the torch you run with: install torch first (e.g. pip install torch), then\n%s"
+             % (exc, INSTALL_HINT))
 
 DEFAULT_ARCHS = ["8.0", "8.6", "8.9", "9.0", "10.0", "12.0+PTX"]
 
@@ -52,6 +79,13 @@ def want_cuda():
         reasons.append("this torch (%s) has no CUDA" % torch.__version__)
     if cpp_extension.CUDA_HOME is None or not os.path.exists(nvcc):
         reasons.append("nvcc was not found (set CUDA_HOME)")
+    elif torch.version.cuda is not None:
+        # torch refuses to build with an nvcc of another major version than its own CUDA.
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+        found = re.search(r"release (\d+)\.(\d+)", out)
+        if found and found.group(1) != torch.version.cuda.split(".")[0]:
+            reasons.append("nvcc is CUDA %s.%s, this torch was built with CUDA %s (the major "
+                           "versions must match)" % (found.group(1), found.group(2), torch.version.cuda))
     if reasons:
         if mode in ("1", "on", "yes", "true"):
             sys.exit("treemla: TREEMLA_BUILD_CUDA=1 but " + "; ".join(reasons))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what treemla's build and tests need on a Debian/Ubuntu machine, skipping what is
-# already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with pip, and the
-# tool's libraries: CLI11 (options), nlohmann/json (JSON output), fmt (formatting).
+# already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with venv (the test
+# command builds the PyTorch binding in a virtual environment; pip comes with it), and the tool's
+# libraries: CLI11 (options), nlohmann/json (JSON output), fmt (formatting).
 # The CUDA toolkit (nvcc, CUDA 12.8+ for sm_120) is not installed here: it is found at
 # /usr/local/cuda or on PATH; without it the build is CPU-only, unless TREEMLA_REQUIRE_CUDA=1,
 # which makes a missing nvcc an error (CI sets it: every kernel must compile).
@@ -11,7 +12,11 @@ need=()
 command -v g++ >/dev/null || need+=(g++)
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
-command -v python3 >/dev/null || need+=(python3 python3-pip)
+if ! command -v python3 >/dev/null; then
+  need+=(python3 python3-venv)
+elif ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+  need+=(python3-venv)  # Debian's python3 keeps venv's pip bootstrap in this package
+fi
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)

@@ -2,7 +2,9 @@
 # The test command: install what is missing, build everything (CUDA kernels for every supported
 # architecture when nvcc is present), run the C++ tests with CTest (the GPU test binary exits
 # with 77 without a GPU, which CTest counts as skipped), check that the installed package works
-# for a downstream project, then the Python binding's CPU tests when python/ exists.
+# for a downstream project, then the Python binding's tests when python/ exists
+# (scripts/test-python.sh: in a virtual environment under the build dir, with the binding's CUDA
+# code compiled when nvcc is present).
 # Environment: BUILD_DIR (default build), JOBS (default nproc), TREEMLA_REQUIRE_CUDA=1 to fail
 # when nvcc is missing or fails CMake's CUDA check (instead of building CPU-only),
 # TREEMLA_SKIP_PYTHON=1 to skip the binding.
@@ -25,5 +27,5 @@ cmake --build "$BUILD_DIR/_downstream" >/dev/null
 "$BUILD_DIR/_downstream/downstream"
 
 if [ -f python/setup.py ] && [ "${TREEMLA_SKIP_PYTHON:-0}" != 1 ]; then
-  ./scripts/test-python.sh
+  BUILD_DIR="$BUILD_DIR" MAX_JOBS="${MAX_JOBS:-$JOBS}" ./scripts/test-python.sh
 fi

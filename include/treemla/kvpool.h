@@ -238,9 +238,23 @@ class KvPool {
 
 // ---- applying plans to a host buffer ------------------------------------------------------------
 // cache: [num_pages, page_size, row_width] elements of elem_size bytes. Every index is checked
-// before anything is copied, so an invalid plan leaves the buffer unchanged.
+// before anything is copied, so an invalid plan leaves the buffer unchanged. The moves run one
+// after the other in order; with wave_offsets, the waves are checked first (validate_waves), so
+// a plan that the GPU, which runs each wave's moves concurrently, would apply differently is
+// refused here too.
 void apply_page_moves(const PoolConfig& config, std::span<const PageMove> moves, void* cache);
 void apply_row_moves(const PoolConfig& config, std::span<const RowMove> moves, void* cache);
+void apply_page_moves(const PoolConfig& config, std::span<const PageMove> moves,
+                      std::span<const int32_t> wave_offsets, void* cache);
+void apply_row_moves(const PoolConfig& config, std::span<const RowMove> moves,
+                     std::span<const int32_t> wave_offsets, void* cache);
+
+// Throws treemla::Error unless wave_offsets cuts `moves` into waves as DefragPlan and CommitPlan
+// do: wave_offsets[0] == 0, non-decreasing, wave_offsets.back() == moves.size(); within a wave
+// the destinations are distinct and no destination is the source of another move of that wave.
+void validate_waves(std::span<const PageMove> moves, std::span<const int32_t> wave_offsets);
+void validate_waves(std::span<const RowMove> moves, std::span<const int32_t> wave_offsets);
+
 inline void apply_plan(const PoolConfig& config, const DefragPlan& plan, void* cache) {
   apply_page_moves(config, plan.moves, cache);
 }

@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <cmath>
+#include <limits>
 
 namespace treemla::binding {
 
@@ -65,6 +66,12 @@ void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& 
 void check_cpu(const at::Tensor& t, const char* name) {
   TREEMLA_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor, got one on ",
                     t.device().str());
+}
+
+int32_t to_int32(int64_t v, const char* name) {
+  TREEMLA_CHECK_VALUE(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(), name,
+                    " = ", v, " does not fit in int32");
+  return static_cast<int32_t>(v);
 }
 
 void throw_library_error(const std::exception& e) {

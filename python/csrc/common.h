@@ -35,6 +35,8 @@ void check_contiguous(const at::Tensor& t, const char* name);
 void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& ref,
                        const char* ref_name);
 void check_cpu(const at::Tensor& t, const char* name);
+// v as int32, or ValueError "<name> = v does not fit in int32".
+int32_t to_int32(int64_t v, const char* name);
 
 // Runs f and turns a treemla::Error (or other std::exception that is not a torch error) into a
 // c10::Error, so it reaches Python as RuntimeError with the library's message on every path

@@ -65,12 +65,20 @@ void check_int(const at::Tensor& t, const char* name, const at::Tensor& ref, con
   check_same_device(t, name, ref, ref_name);
 }
 
+// Shapes only: the CPU kernels check the contents too (kvpool::validate_waves); a GPU kernel reads
+// them on the device, where malformed offsets can reorder moves but never index out of range.
 void check_waves(const at::Tensor& moves, const at::Tensor& wave_offsets, const at::Tensor& cache) {
   check_int(wave_offsets, "wave_offsets", cache, "cache", 0, "[num_waves + 1]");
-  TREEMLA_CHECK_VALUE(wave_offsets.size(0) >= 1 && moves.size(0) < (int64_t{1} << 31) &&
-                        wave_offsets.size(0) < (int64_t{1} << 31),
-                    "wave_offsets must have at least one entry (got ", shape_str(wave_offsets),
-                    ") and moves fewer than 2^31 rows");
+  TREEMLA_CHECK_VALUE(moves.size(0) < (int64_t{1} << 31) && wave_offsets.size(0) < (int64_t{1} << 31),
+                    "moves and wave_offsets must have fewer than 2^31 rows, got ", shape_str(moves), " and ",
+                    shape_str(wave_offsets));
+  TREEMLA_CHECK_VALUE(wave_offsets.size(0) >= (moves.size(0) > 0 ? 2 : 1), "wave_offsets must have shape "
+                    "[num_waves + 1] with num_waves >= ", moves.size(0) > 0 ? 1 : 0, " for ", moves.size(0),
+                    " moves, got ", shape_str(wave_offsets));
+}
+
+std::span<const int32_t> offsets_span(const at::Tensor& wave_offsets) {
+  return {wave_offsets.data_ptr<int32_t>(), static_cast<size_t>(wave_offsets.size(0))};
 }
 
 // ---- CPU kernels ---------------------------------------------------------------------------
@@ -81,7 +89,9 @@ void apply_page_moves_cpu(const at::Tensor& cache, const at::Tensor& moves, cons
   check_int(moves, "moves", cache, "cache", 2, "[num_moves, 2] (src, dst)");
   check_waves(moves, wave_offsets, cache);
   const auto* m = reinterpret_cast<const kvpool::PageMove*>(moves.data_ptr<int32_t>());
-  guarded([&] { kvpool::apply_page_moves(c, {m, static_cast<size_t>(moves.size(0))}, cache.data_ptr()); });
+  guarded([&] {
+    kvpool::apply_page_moves(c, {m, static_cast<size_t>(moves.size(0))}, offsets_span(wave_offsets), cache.data_ptr());
+  });
 }
 
 void apply_row_moves_cpu(const at::Tensor& cache, const at::Tensor& moves, const at::Tensor& wave_offsets,
@@ -90,11 +100,15 @@ void apply_row_moves_cpu(const at::Tensor& cache, const at::Tensor& moves, const
   check_int(moves, "moves", cache, "cache", 4, "[num_moves, 4] (src page, src slot, dst page, dst slot)");
   check_waves(moves, wave_offsets, cache);
   const auto* m = reinterpret_cast<const kvpool::RowMove*>(moves.data_ptr<int32_t>());
-  guarded([&] { kvpool::apply_row_moves(c, {m, static_cast<size_t>(moves.size(0))}, cache.data_ptr()); });
+  guarded([&] {
+    kvpool::apply_row_moves(c, {m, static_cast<size_t>(moves.size(0))}, offsets_span(wave_offsets), cache.data_ptr());
+  });
 }
 
 void check_table_update(const at::Tensor& page_table, const at::Tensor& rows, const at::Tensor& offsets,
-                        const at::Tensor& pages) {
+                        const at::Tensor& pages, int64_t num_pages) {
+  TREEMLA_CHECK_VALUE(num_pages >= 1 && num_pages < (int64_t{1} << 31), "num_pages must be in [1, 2^31), got ",
+                    num_pages);
   check_dtype(page_table, "page_table", {at::kInt});
   TREEMLA_CHECK_VALUE(page_table.dim() == 2 && page_table.size(0) >= 1 && page_table.size(1) >= 1,
                     "page_table must have shape [num_rows, stride], got ", shape_str(page_table));
@@ -110,7 +124,7 @@ void check_table_update(const at::Tensor& page_table, const at::Tensor& rows, co
 // or a page outside [0, num_pages) is skipped whole; the first one is reported.
 void update_page_tables_cpu(const at::Tensor& page_table, const at::Tensor& rows, const at::Tensor& offsets,
                             const at::Tensor& pages, int64_t num_pages, const std::optional<at::Tensor>&) {
-  check_table_update(page_table, rows, offsets, pages);
+  check_table_update(page_table, rows, offsets, pages, num_pages);
   const int64_t n_rows = page_table.size(0), stride = page_table.size(1), n = rows.size(0);
   const int32_t* r = rows.data_ptr<int32_t>();
   const int32_t* off = offsets.data_ptr<int32_t>();
@@ -119,15 +133,26 @@ void update_page_tables_cpu(const at::Tensor& page_table, const at::Tensor& rows
   std::string first_error;
   for (int64_t u = 0; u < n; ++u) {
     const int64_t lo = off[u], hi = off[u + 1];
-    bool ok = r[u] >= 0 && r[u] < n_rows && lo >= 0 && hi >= lo && hi <= pages.size(0) && hi - lo <= stride;
-    for (int64_t k = lo; ok && k < hi; ++k) ok = pg[k] >= 0 && pg[k] < num_pages;
-    if (!ok) {
-      if (first_error.empty()) first_error = "page-table update " + std::to_string(u) + " (row " + std::to_string(r[u]) + ") is invalid";
+    std::string why;  // the first bound update u breaks
+    if (r[u] < 0 || r[u] >= n_rows) {
+      why = c10::str("rows[", u, "] = ", r[u], " is outside [0, ", n_rows, ") (page_table.shape[0])");
+    } else if (lo < 0 || hi < lo || hi > pages.size(0)) {
+      why = c10::str("offsets[", u, "], offsets[", u + 1, "] = ", lo, ", ", hi, " must satisfy 0 <= offsets[", u,
+                     "] <= offsets[", u + 1, "] <= ", pages.size(0), " (pages.shape[0])");
+    } else if (hi - lo > stride) {
+      why = c10::str("its ", hi - lo, " pages do not fit in the row's stride ", stride, " (page_table.shape[1])");
+    } else {
+      for (int64_t k = lo; why.empty() && k < hi; ++k) {
+        if (pg[k] < 0 || pg[k] >= num_pages) why = c10::str("pages[", k, "] = ", pg[k], " is outside [0, ", num_pages, ")");
+      }
+    }
+    if (!why.empty()) {
+      if (first_error.empty()) first_error = c10::str("page-table update ", u, " is invalid: ", why);
       continue;
     }
     std::memcpy(table + r[u] * stride, pg + lo, static_cast<size_t>(hi - lo) * sizeof(int32_t));
   }
-  TREEMLA_CHECK_RUNTIME(first_error.empty(), "treemla: ", first_error, " and was skipped");
+  TREEMLA_CHECK_RUNTIME(first_error.empty(), "treemla: ", first_error, "; it was skipped, the valid updates were made");
 }
 
 void check_accept_args(const at::Tensor& q_indptr, const at::Tensor& parents, const at::Tensor& node_tokens,
@@ -299,8 +324,7 @@ void apply_row_moves_cuda(const at::Tensor& cache, const at::Tensor& moves, cons
 
 void update_page_tables_cuda(const at::Tensor& page_table, const at::Tensor& rows, const at::Tensor& offsets,
                              const at::Tensor& pages, int64_t num_pages, const std::optional<at::Tensor>& workspace) {
-  check_table_update(page_table, rows, offsets, pages);
-  TREEMLA_CHECK_VALUE(num_pages >= 1 && num_pages < (int64_t{1} << 31), "num_pages must be in [1, 2^31), got ", num_pages);
+  check_table_update(page_table, rows, offsets, pages, num_pages);
   const c10::cuda::CUDAGuard guard(page_table.device());
   const at::Tensor ws = move_workspace(workspace, page_table);
   cuda::PageTableUpdateParams p;
@@ -457,9 +481,11 @@ void define_kvpool_python(py::module& m) {
 #endif
   using kvpool::KvPool;
   py::class_<KvPool>(m, "KvPool")
-      .def(py::init([](int32_t num_pages, int32_t page_size, int32_t row_width, int32_t elem_size,
+      .def(py::init([](int64_t num_pages, int64_t page_size, int64_t row_width, int64_t elem_size,
                        const std::string& policy) {
-             kvpool::PoolConfig c{num_pages, page_size, row_width, elem_size, parse_policy(policy)};
+             kvpool::PoolConfig c{to_int32(num_pages, "num_pages"), to_int32(page_size, "page_size"),
+                                  to_int32(row_width, "row_width"), to_int32(elem_size, "elem_size"),
+                                  parse_policy(policy)};
              return guarded([&] { return std::make_unique<KvPool>(c); });
            }),
            py::arg("num_pages"), py::arg("page_size"), py::arg("row_width") = 576, py::arg("elem_size") = 2,
@@ -469,14 +495,20 @@ void define_kvpool_python(py::module& m) {
       .def_property_readonly("row_width", [](const KvPool& p) { return p.config().row_width; })
       .def_property_readonly("elem_size", [](const KvPool& p) { return p.config().elem_size; })
       .def_property_readonly("policy", [](const KvPool& p) { return kvpool::free_policy_name(p.config().policy); })
-      .def("pages_for", [](const KvPool& p, int64_t n) { return guarded([&] { return p.pages_for(n); }); })
-      .def("alloc", [](KvPool& p, int64_t r, int64_t n) { guarded([&] { p.alloc(r, n); }); })
-      .def("extend", [](KvPool& p, int64_t r, int64_t n) { guarded([&] { p.extend(r, n); }); })
-      .def("truncate", [](KvPool& p, int64_t r, int64_t n) { guarded([&] { p.truncate(r, n); }); })
-      .def("free", [](KvPool& p, int64_t r) { guarded([&] { p.free(r); }); })
+      .def("pages_for", [](const KvPool& p, int64_t n) { return guarded([&] { return p.pages_for(n); }); },
+           py::arg("num_tokens"))
+      .def("alloc", [](KvPool& p, int64_t r, int64_t n) { guarded([&] { p.alloc(r, n); }); }, py::arg("request"),
+           py::arg("num_tokens"))
+      .def("extend", [](KvPool& p, int64_t r, int64_t n) { guarded([&] { p.extend(r, n); }); }, py::arg("request"),
+           py::arg("num_tokens"))
+      .def("truncate", [](KvPool& p, int64_t r, int64_t n) { guarded([&] { p.truncate(r, n); }); },
+           py::arg("request"), py::arg("num_tokens"))
+      .def("free", [](KvPool& p, int64_t r) { guarded([&] { p.free(r); }); }, py::arg("request"))
       .def("__contains__", &KvPool::contains)
-      .def("num_tokens", [](const KvPool& p, int64_t r) { return guarded([&] { return p.num_tokens(r); }); })
-      .def("pages", [](const KvPool& p, int64_t r) { return int_tensor(guarded([&] { return p.pages(r); })); })
+      .def("num_tokens", [](const KvPool& p, int64_t r) { return guarded([&] { return p.num_tokens(r); }); },
+           py::arg("request"))
+      .def("pages", [](const KvPool& p, int64_t r) { return int_tensor(guarded([&] { return p.pages(r); })); },
+           py::arg("request"))
       .def("request_ids", &KvPool::request_ids)
       .def_property_readonly("num_free_pages", &KvPool::num_free_pages)
       .def_property_readonly("num_used_pages", &KvPool::num_used_pages)
@@ -484,11 +516,11 @@ void define_kvpool_python(py::module& m) {
       .def("locate", [](const KvPool& p, int64_t r, int64_t row) {
         const kvpool::RowSlot s = guarded([&] { return p.locate(r, row); });
         return py::make_tuple(s.page, s.slot);
-      })
+      }, py::arg("request"), py::arg("row"))
       .def("page_table_row", [](const KvPool& p, int64_t r, int64_t stride, int32_t pad) {
         return int_tensor(guarded([&] { return p.page_table_row(r, stride, pad); }));
       }, py::arg("request"), py::arg("stride"), py::arg("pad") = 0)
-      .def("runs", [](const KvPool& p, int64_t r) { return guarded([&] { return p.runs(r); }); })
+      .def("runs", [](const KvPool& p, int64_t r) { return guarded([&] { return p.runs(r); }); }, py::arg("request"))
       .def("metrics", [](const KvPool& p) {
         const kvpool::PoolMetrics x = p.metrics();
         py::dict d;
@@ -512,6 +544,14 @@ void define_kvpool_python(py::module& m) {
         check_dtype(accepted, "accepted", {at::kInt});
         TREEMLA_CHECK_VALUE(accepted.dim() == 1, "accepted must be 1-D, got shape ", shape_str(accepted));
         const at::Tensor a = accepted.contiguous();
+        // A path from the root is strictly increasing (parents come before their children), which
+        // is what the device commit requires; the C++ pool also takes other orders with a[k] >= k.
+        const int32_t* path = a.data_ptr<int32_t>();
+        for (int64_t k = 1; k < a.numel(); ++k) {
+          TREEMLA_CHECK_RUNTIME(path[k] > path[k - 1], "treemla: accepted must be strictly increasing (a path from "
+                                "the root), got accepted[", k, "] = ", path[k], " after accepted[", k - 1, "] = ",
+                                path[k - 1]);
+        }
         return commit_dict(guarded([&] {
           return p.commit_accepted(r, prefix_len, {a.data_ptr<int32_t>(), static_cast<size_t>(a.numel())});
         }));

@@ -7,7 +7,6 @@
 #include <torch/library.h>
 
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "common.h"
@@ -31,12 +30,6 @@ at::Tensor to_tensor(const std::vector<int32_t>& v) {
   at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::dtype(at::kInt));
   if (!v.empty()) std::memcpy(t.data_ptr<int32_t>(), v.data(), v.size() * sizeof(int32_t));
   return t;
-}
-
-int32_t to_int32(int64_t v, const char* name) {
-  TREEMLA_CHECK_VALUE(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
-                    name, " = ", v, " does not fit in int32");
-  return static_cast<int32_t>(v);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> build_ddtree_op(const at::Tensor& topk_tokens,

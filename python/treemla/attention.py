@@ -7,6 +7,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import _C
+from ._args import as_int
 
 __all__ = ["VerifyPlan", "plan_verify", "verify_attention", "check_status", "merge_state",
            "tree_tail_slots", "with_cuda", "compiled_architectures",
@@ -63,7 +64,7 @@ class VerifyPlan:
 def _device_index(device) -> int:
     if device is None:
         return torch.cuda.current_device()
-    if isinstance(device, int):
+    if isinstance(device, int) and not isinstance(device, bool):
         return device
     device = torch.device(device)
     if device.type != "cuda":
@@ -86,7 +87,8 @@ def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
     if tile not in _TILES:
         raise ValueError(f"tile must be one of {sorted(_TILES)}, got {tile!r}")
     index = _device_index(device)
-    d = _C.plan_verify(int(max_batch), int(max_total_q), int(num_heads), index, _TILES[tile])
+    d = _C.plan_verify(as_int(max_batch, "max_batch"), as_int(max_total_q, "max_total_q"),
+                       as_int(num_heads, "num_heads"), index, _TILES[tile])
     return VerifyPlan(max_batch=d["max_batch"], max_total_q=d["max_total_q"],
                       num_heads=d["num_heads"], device=d["device"], tile=d["tile"],
                       tile_request=_TILES[tile], sm_count=d["sm_count"],
@@ -131,8 +133,10 @@ def verify_attention(q: torch.Tensor, kv_cache: torch.Tensor, page_table: torch.
             dtype, contiguous; page_size a power of two.
         page_table: ``[batch, max_pages]`` int32; rows contiguous (a column slice of a wider
             table is fine). It must map every row a request reads:
-            ``ceil((prefix_lens[b] + q_len) / page_size) <= max_pages``. The CPU checks this; the
-            GPU checks page values but not this row bound, so size the table accordingly.
+            ``ceil((prefix_lens[b] + q_len) / page_size) <= max_pages``. Both devices check this
+            bound and the page values: the CPU raises; the GPU reads nothing past the row and
+            :func:`check_status` reports the request. For a column slice of a wider table the
+            GPU's bound is the wider row (``page_table.stride(0)`` entries).
         prefix_lens: ``[batch]`` int32.
         q_indptr: ``[batch + 1]`` int32, ``q_indptr[0] == 0``, non-decreasing,
             ``q_indptr[batch] <= total_q``; q_len = 1..1025 per request (0 is allowed).
@@ -225,8 +229,10 @@ def tree_tail_slots(page_table: torch.Tensor, prefix_lens: torch.Tensor,
     ``total_q`` defaults to ``q_indptr[-1]``, which synchronizes on the GPU: pass it (e.g. the
     static row count) when capturing a graph.
     """
-    if total_q is None:
-        total_q = int(q_indptr[-1])
+    page_size = as_int(page_size, "page_size")
+    if page_size < 1 or page_size & (page_size - 1):
+        raise ValueError(f"page_size must be a power of two >= 1, got {page_size}")
+    total_q = int(q_indptr[-1]) if total_q is None else as_int(total_q, "total_q")
     rows = torch.arange(total_q, device=q_indptr.device, dtype=torch.int64)
     qi = q_indptr.to(torch.int64)
     req = torch.searchsorted(qi, rows, right=True) - 1

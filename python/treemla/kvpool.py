@@ -22,6 +22,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _C
+from ._args import as_int, as_int32
 
 __all__ = ["KvPool", "DefragPlan", "CommitPlan", "KV_STATUS", "move_workspace",
            "check_move_status", "apply_page_moves", "apply_row_moves", "apply_defrag",
@@ -70,16 +71,36 @@ class KvPool:
 
     def __init__(self, num_pages: int, page_size: int, row_width: int = 576, elem_size: int = 2,
                  policy: str = "as_freed"):
-        self._pool = _C.KvPool(num_pages, page_size, row_width, elem_size, policy)
+        self._pool = _C.KvPool(as_int(num_pages, "num_pages"), as_int(page_size, "page_size"),
+                               as_int(row_width, "row_width"), as_int(elem_size, "elem_size"),
+                               policy)
+
+    # The integer parameters of the methods that come straight from the C++ class: checked here,
+    # because pybind11 would truncate a NumPy float (np.float32(2.7) -> 2).
+    _INT_PARAMS = {"pages_for": ("num_tokens",), "alloc": ("request", "num_tokens"),
+                   "extend": ("request", "num_tokens"), "truncate": ("request", "num_tokens"),
+                   "free": ("request",), "num_tokens": ("request",), "pages": ("request",),
+                   "locate": ("request", "row"), "page_table_row": ("request", "stride", "pad"),
+                   "runs": ("request",)}
 
     def __getattr__(self, name):
         # alloc, extend, truncate, free, num_tokens, pages, request_ids, num_free_pages,
         # num_used_pages, free_list, locate, page_table_row, runs, metrics, pages_for,
         # check_invariants and the config properties come straight from the C++ class.
-        return getattr(self._pool, name)
+        attr = getattr(self._pool, name)
+        params = KvPool._INT_PARAMS.get(name)
+        if params is None:
+            return attr
+
+        def checked(*args, **kwargs):
+            args = [as_int(a, n) for a, n in zip(args, params)] + list(args[len(params):])
+            kwargs = {k: as_int(v, k) if k in params else v for k, v in kwargs.items()}
+            return attr(*args, **kwargs)
+        checked.__doc__ = attr.__doc__
+        return checked
 
     def __contains__(self, request: int) -> bool:
-        return request in self._pool
+        return as_int(request, "request") in self._pool
 
     def plan_defrag(self) -> DefragPlan:
         """Plan a full defrag (each request's pages contiguous, ascending) without applying it."""
@@ -91,19 +112,21 @@ class KvPool:
         return DefragPlan(**self._pool.defrag())
 
     def plan_partial_defrag(self, max_moves: int) -> DefragPlan:
-        return DefragPlan(**self._pool.plan_partial_defrag(max_moves))
+        return DefragPlan(**self._pool.plan_partial_defrag(as_int(max_moves, "max_moves")))
 
     def partial_defrag(self, max_moves: int) -> DefragPlan:
         """Defrag at most ``max_moves`` pages, cheapest fragmented requests first."""
-        return DefragPlan(**self._pool.partial_defrag(max_moves))
+        return DefragPlan(**self._pool.partial_defrag(as_int(max_moves, "max_moves")))
 
     def commit_accepted(self, request: int, prefix_len: int, accepted) -> CommitPlan:
-        """Commit accepted tree nodes (root first, ``accepted[0] == 0``, increasing): row
+        """Commit accepted tree nodes, a path from the root (``accepted[0] == 0``, strictly
+        increasing, as :func:`commit_accepted` on the device requires): row
         ``prefix_len + accepted[k]`` moves to ``prefix_len + k``; the request then holds
-        ``prefix_len + len(accepted)`` rows and whole pages past them are released."""
-        acc = accepted if isinstance(accepted, torch.Tensor) else torch.tensor(accepted)
-        return CommitPlan(**self._pool.commit_accepted(request, prefix_len,
-                                                        acc.to(torch.int32).cpu()))
+        ``prefix_len + len(accepted)`` rows and whole pages past them are released. A path that
+        breaks these rules raises RuntimeError and leaves the pool unchanged."""
+        return CommitPlan(**self._pool.commit_accepted(as_int(request, "request"),
+                                                        as_int(prefix_len, "prefix_len"),
+                                                        as_int32(accepted, "accepted")))
 
 
 def move_workspace(device) -> torch.Tensor:
@@ -120,13 +143,23 @@ def check_move_status(workspace: torch.Tensor) -> None:
 def apply_page_moves(cache: torch.Tensor, moves: torch.Tensor, wave_offsets: torch.Tensor,
                      workspace: Optional[torch.Tensor] = None) -> None:
     """Copy page ``src`` to page ``dst`` for every (src, dst) row of ``moves``, in wave order, in
-    place. moves/wave_offsets int32 on the cache's device."""
+    place. moves/wave_offsets int32 on the cache's device.
+
+    ``wave_offsets`` ``[num_waves + 1]`` cuts the moves into waves as a :class:`DefragPlan` does:
+    ``wave_offsets[0] == 0``, non-decreasing, ``wave_offsets[-1] == len(moves)``; within a wave the
+    destinations are distinct and no destination is another move's source, because the GPU runs
+    a wave's moves concurrently. On the CPU a plan that breaks this raises RuntimeError and
+    nothing is copied; on the GPU the offsets are read on the device only (no host
+    synchronization): malformed offsets can reorder the moves but never reach outside the
+    cache, and a move with an index out of range is skipped and reported by
+    :func:`check_move_status`."""
     torch.ops.treemla.apply_page_moves(cache, moves, wave_offsets, workspace)
 
 
 def apply_row_moves(cache: torch.Tensor, moves: torch.Tensor, wave_offsets: torch.Tensor,
                     workspace: Optional[torch.Tensor] = None) -> None:
-    """Copy row (src page, src slot) to (dst page, dst slot) for every row of ``moves``."""
+    """Copy row (src page, src slot) to (dst page, dst slot) for every row of ``moves``; waves
+    and checks as :func:`apply_page_moves`, with rows in place of pages."""
     torch.ops.treemla.apply_row_moves(cache, moves, wave_offsets, workspace)
 
 
@@ -167,7 +200,7 @@ def flatten_page_table_updates(tables: Sequence[Tuple[int, torch.Tensor]],
                                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(rows, offsets, pages)`` int32 for :func:`update_page_tables` from a defrag plan's
     ``tables``; ``row_of(request)`` gives the request's page-table row."""
-    rows = [int(row_of(r)) for r, _ in tables]
+    rows = [as_int(row_of(r), f"row_of({r})") for r, _ in tables]
     offsets = [0]
     for _, pages in tables:
         offsets.append(offsets[-1] + pages.numel())
@@ -184,8 +217,8 @@ def update_page_tables(page_table: torch.Tensor, rows: torch.Tensor, offsets: to
     writes ``pages[offsets[u]:offsets[u+1]]`` at the start of row ``rows[u]``. An invalid update
     is skipped whole (the CPU raises after the valid ones; the GPU records it for
     :func:`check_move_status`)."""
-    torch.ops.treemla.update_page_tables(page_table, rows, offsets, pages, int(num_pages),
-                                         workspace)
+    torch.ops.treemla.update_page_tables(page_table, rows, offsets, pages,
+                                         as_int(num_pages, "num_pages"), workspace)
 
 
 def accept_paths(q_indptr: torch.Tensor, parents: torch.Tensor, node_tokens: torch.Tensor,
@@ -200,7 +233,7 @@ def accept_paths(q_indptr: torch.Tensor, parents: torch.Tensor, node_tokens: tor
     kept node); a bad request gets accept_len 0, bonus -1 and its code (``KV_STATUS``).
     """
     return torch.ops.treemla.accept_paths(q_indptr, parents, node_tokens, target_tokens,
-                                          int(max_accept))
+                                          as_int(max_accept, "max_accept"))
 
 
 def commit_accepted(cache: torch.Tensor, page_table: torch.Tensor, prefix_lens: torch.Tensor,
