@@ -21,7 +21,6 @@
 #include <mutex>
 #include <tuple>
 
-#include "cuda/common/verify_kernel_params.h"  // workspace layout: where the status header lives
 #include "treemla/cuda/verify.h"
 #endif
 
@@ -30,10 +29,19 @@ namespace treemla::binding {
 #ifdef TREEMLA_WITH_CUDA
 namespace {
 
-cuda::TileConfig to_tile(int64_t tile) {
-  TREEMLA_CHECK_VALUE(tile >= 0 && tile <= 2, "tile must be 0 (auto), 1 (smem99k) or 2 (smem-large), got ",
+// The operators carry one integer for the requested configuration: tile + 16 * family, so
+// that their schemas stay as they were when only the tile could be chosen.
+cuda::TileConfig to_tile(int64_t config) {
+  const int64_t tile = config & 15;
+  TREEMLA_CHECK_VALUE(config >= 0 && tile <= 2, "tile must be 0 (auto), 1 (smem99k) or 2 (smem-large), got ",
                     tile);
   return static_cast<cuda::TileConfig>(tile);
+}
+cuda::KernelFamily to_family(int64_t config) {
+  const int64_t family = config >> 4;
+  TREEMLA_CHECK_VALUE(family >= 0 && family <= 2, "family must be 0 (auto), 1 (cpasync) or 2 (cluster), got ",
+                    family);
+  return static_cast<cuda::KernelFamily>(family);
 }
 
 // One plan per (device, limits, requested tile): cheap lookups on every call, and the device
@@ -56,17 +64,12 @@ cuda::VerifyPlan cached_plan(int device, int64_t max_batch, int64_t max_total_q,
   lim.max_batch = static_cast<int>(max_batch);
   lim.max_total_q = max_total_q;
   lim.num_heads = static_cast<int>(num_heads);
-  const cuda::VerifyPlan plan = guarded([&] { return cuda::make_verify_plan(lim, device, to_tile(tile)); });
+  const cuda::VerifyPlan plan =
+      guarded([&] { return cuda::make_verify_plan(lim, device, to_tile(tile), to_family(tile)); });
   plans.emplace(key, plan);
   return plan;
 }
 
-// Bytes at the start of a workspace that must be zero before its first use (the status record
-// and work counter); the rest is written by the schedule before it is read.
-int64_t header_bytes(const cuda::VerifyPlan& plan) {
-  const cuda::WorkspaceLayout l = cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
-  return static_cast<int64_t>(l.header + sizeof(cuda::WorkspaceHeader));
-}
 
 void check_workspace(const at::Tensor& ws, const at::Tensor& q, const cuda::VerifyPlan& plan) {
   check_dtype(ws, "workspace", {at::kByte});
@@ -96,7 +99,7 @@ void verify_cuda_into(VerifyParams p, const at::Tensor& q, const at::Tensor& o, 
     check_workspace(ws, q, plan);
   } else {
     ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
-    ws.narrow(0, 0, header_bytes(plan)).zero_();
+    ws.narrow(0, 0, static_cast<int64_t>(plan.workspace_init_bytes)).zero_();
   }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device).stream();
   guarded([&] {
@@ -142,7 +145,7 @@ void merge_cuda_into(const at::Tensor& v_a, const at::Tensor& s_a, const at::Ten
 }
 
 
-pybind11::dict plan_dict(const cuda::VerifyPlan& plan, int64_t header) {
+pybind11::dict plan_dict(const cuda::VerifyPlan& plan) {
   pybind11::dict d;
   d["max_batch"] = plan.limits.max_batch;
   d["max_total_q"] = plan.limits.max_total_q;
@@ -151,9 +154,10 @@ pybind11::dict plan_dict(const cuda::VerifyPlan& plan, int64_t header) {
   d["sm_count"] = plan.sm_count;
   d["compute_capability"] = plan.compute_capability;
   d["tile"] = cuda::tile_config_name(plan.tile);
+  d["family"] = cuda::kernel_family_name(plan.family);
   d["num_ctas"] = plan.num_ctas;
   d["workspace_bytes"] = static_cast<int64_t>(plan.workspace_bytes);
-  d["header_bytes"] = header;
+  d["header_bytes"] = static_cast<int64_t>(plan.workspace_init_bytes);
   return d;
 }
 
@@ -164,7 +168,7 @@ void define_cuda_python(pybind11::module& m) {
   m.def("compiled_architectures", [] { return cuda::compiled_architectures(); });
   m.def("plan_verify", [](int64_t max_batch, int64_t max_total_q, int64_t num_heads, int64_t device, int64_t tile) {
     const cuda::VerifyPlan plan = cached_plan(static_cast<int>(device), max_batch, max_total_q, num_heads, tile);
-    return plan_dict(plan, header_bytes(plan));
+    return plan_dict(plan);
   });
   m.def("check_status", [](const at::Tensor& workspace, int64_t max_batch, int64_t max_total_q, int64_t num_heads,
                            int64_t tile) {

@@ -132,4 +132,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   treemla::binding::define_cuda_python(m);
   treemla::binding::define_kvpool_python(m);
+  treemla::binding::define_budget_python(m);
 }

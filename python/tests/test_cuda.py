@@ -59,19 +59,29 @@ def test_verify_cuda_parts_merge():
 
 
 @needs_kernels
+@pytest.mark.parametrize("family", ["cpasync", "cluster"])
 @pytest.mark.parametrize("tile", ["smem99k", "smem-large"])
-def test_verify_cuda_each_tile_configuration(tile):
+def test_verify_cuda_each_tile_configuration(tile, family):
     # smem99k is the configuration sm_120 runs (99 KB per block); it runs on every GPU.
-    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    props = torch.cuda.get_device_properties(0)
+    optin = props.shared_memory_per_block_optin
     if tile == "smem-large" and optin <= 101376:
         pytest.skip(f"this GPU allows {optin} B of shared memory per block: smem99k only")
+    if family == "cluster" and props.major < 9:
+        pytest.skip(f"the cluster family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
     case = make_case(23, [0, 4097, 100, 33], [65, 1, 130, 16], heads=16, page_size=32,
                      dtype=torch.bfloat16)
-    plan = treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda", tile=tile)
-    assert plan.tile == tile
-    assert treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda",
-                               tile=plan.tile).tile == tile  # plan.tile is a valid request
+    plan = treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda", tile=tile,
+                               family=family)
+    assert (plan.tile, plan.family) == (tile, family)
+    assert treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda", tile=plan.tile,
+                               family=plan.family).tile == tile  # a plan's names are valid requests
     check_cuda(case, plan=plan)
+
+
+def test_plan_verify_refuses_unknown_family():
+    with pytest.raises(ValueError, match="family must be one of"):
+        treemla.plan_verify(1, 1, 8, device=0, family="wgmma")
 
 
 @needs_kernels

@@ -14,7 +14,7 @@ from .attention import (HEAD_DIM_QK, HEAD_DIM_V, MAX_HEADS, MAX_MASK_WORDS, MAX_
                         plan_verify, tree_tail_slots, verify_attention, with_cuda)
 from .tree import (accept, batch_layout, build_ddtree, depths_from_parents, parents_from_mask,
                    plan_commit, positions_from_parents, tree_mask_from_parents)
-from . import kvpool
+from . import budget, kvpool
 from .kvpool import KvPool
 
 __version__ = "0.1.0"
@@ -24,6 +24,6 @@ __all__ = [
     "tree_tail_slots", "with_cuda", "compiled_architectures",
     "build_ddtree", "tree_mask_from_parents", "positions_from_parents", "depths_from_parents",
     "parents_from_mask", "batch_layout", "accept", "plan_commit",
-    "kvpool", "KvPool",
+    "kvpool", "KvPool", "budget",
     "HEAD_DIM_QK", "HEAD_DIM_V", "MAX_HEADS", "MAX_TREE_NODES", "MAX_MASK_WORDS",
 ]

@@ -23,6 +23,9 @@ _PARTS = {"all": 0, "prefix": 1, "tail": 2}
 # Tile configurations by the names the C++ library, `treemla bench` and VerifyPlan.tile use;
 # "smem_large" is accepted as an alias of "smem-large".
 _TILES = {"auto": 0, "smem99k": 1, "smem-large": 2, "smem_large": 2}
+# Kernel families (docs/verify-kernel.md): "cpasync" (sm_80 and newer, what "auto" picks) and
+# "cluster" (sm_90 and newer). The operators carry tile + 16 * family as one integer.
+_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2}
 
 
 def with_cuda() -> bool:
@@ -49,11 +52,12 @@ class VerifyPlan:
     num_heads: int
     device: int
     tile: str               # resolved tile configuration: "smem99k" or "smem-large"
-    tile_request: int       # what was asked for (0 = auto); part of the plan's identity
+    tile_request: int       # what was asked for (tile + 16 * family); part of the plan's identity
     sm_count: int
     compute_capability: int
     num_ctas: int
     workspace_bytes: int
+    family: str = "cpasync"  # resolved kernel family: "cpasync" or "cluster"
 
     def new_workspace(self) -> torch.Tensor:
         """A zeroed uint8 workspace of workspace_bytes on the plan's device."""
@@ -74,26 +78,30 @@ def _device_index(device) -> int:
 
 def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
                 device: Union[torch.device, str, int, None] = None,
-                tile: str = "auto") -> VerifyPlan:
+                tile: str = "auto", family: str = "auto") -> VerifyPlan:
     """Plan GPU verify attention for calls of up to ``max_batch`` requests and ``max_total_q``
     query rows (tree nodes, summed over the batch) with ``num_heads`` heads on ``device``.
 
     Reads device properties and sets kernel attributes, so call it outside CUDA-graph capture;
     plans are cached, so calling it again with the same arguments is cheap. ``tile`` forces a
     shared-memory configuration ("smem99k", the sm_120 one, runs everywhere; "smem-large" needs more
-    than 99 KB per block); "auto" picks the largest the device allows. ``plan.tile`` names the
-    configuration chosen.
+    than 99 KB per block); "auto" picks the largest the device allows. ``family`` forces a kernel
+    family ("cpasync", or "cluster" on sm_90 and newer); "auto" is "cpasync". ``plan.tile`` and
+    ``plan.family`` name the choice.
     """
-    if tile not in _TILES:
+    if not isinstance(tile, str) or tile not in _TILES:
         raise ValueError(f"tile must be one of {sorted(_TILES)}, got {tile!r}")
+    if not isinstance(family, str) or family not in _FAMILIES:
+        raise ValueError(f"family must be one of {sorted(_FAMILIES)}, got {family!r}")
     index = _device_index(device)
+    request = _TILES[tile] + 16 * _FAMILIES[family]
     d = _C.plan_verify(as_int(max_batch, "max_batch"), as_int(max_total_q, "max_total_q"),
-                       as_int(num_heads, "num_heads"), index, _TILES[tile])
+                       as_int(num_heads, "num_heads"), index, request)
     return VerifyPlan(max_batch=d["max_batch"], max_total_q=d["max_total_q"],
                       num_heads=d["num_heads"], device=d["device"], tile=d["tile"],
-                      tile_request=_TILES[tile], sm_count=d["sm_count"],
+                      tile_request=request, sm_count=d["sm_count"],
                       compute_capability=d["compute_capability"], num_ctas=d["num_ctas"],
-                      workspace_bytes=d["workspace_bytes"])
+                      workspace_bytes=d["workspace_bytes"], family=d["family"])
 
 
 def check_status(plan: VerifyPlan, workspace: torch.Tensor) -> None:

@@ -189,14 +189,15 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   plan.target_items = resident;  // one wave of equal items (schedule.cu), one per CTA or CTA pair
   // Pair-mode items write two partial slots each.
   plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : plan.target_items;
-  plan.workspace_bytes = workspace_layout(limits.max_batch, plan.partial_slots).total;
+  const WorkspaceLayout layout = workspace_layout(limits.max_batch, plan.partial_slots);
+  plan.workspace_bytes = layout.total;
+  plan.workspace_init_bytes = layout.header + sizeof(WorkspaceHeader);
   return plan;
 }
 
 void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
   TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = " << plan.workspace_bytes << ")");
-  const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
-  TREEMLA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace) + l.header, 0, sizeof(WorkspaceHeader), stream));
+  TREEMLA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_init_bytes, stream));
 }
 
 void check_params(const VerifyParams& p, const VerifyPlan& plan) {

@@ -57,6 +57,7 @@ struct VerifyPlan {
   int target_items = 0;         // work items the schedule aims for (one per CTA or CTA pair)
   int partial_slots = 0;        // capacity for split partial states
   size_t workspace_bytes = 0;
+  size_t workspace_init_bytes = 0;  // leading bytes that must be zero before the first use
 };
 
 // Host only (reads device properties). Throws treemla::Error on a bad limit, an unsupported
@@ -67,7 +68,8 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device = -1,
                             KernelFamily family = KernelFamily::kAuto);
 
 // Enqueues the zeroing of the part of a new workspace that must be zero before its first use
-// (the device-side status record). Call once after allocating it; later calls keep it valid.
+// (the device-side status record: its first plan.workspace_init_bytes bytes). Call once after
+// allocating it; later calls keep it valid.
 void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream);
 
 // Checks the scalar fields of p against the plan (host, no device access); throws on error.
