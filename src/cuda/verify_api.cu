@@ -209,10 +209,7 @@ void check_params(const VerifyParams& p, const VerifyPlan& plan) {
                 "batch = " << p.batch << " must be in [1, plan.limits.max_batch = " << plan.limits.max_batch << "]");
   TREEMLA_CHECK(p.num_heads == plan.limits.num_heads,
                 "num_heads = " << p.num_heads << " must equal the plan's num_heads = " << plan.limits.num_heads);
-  TREEMLA_CHECK(p.page_size >= 1 && p.page_size <= (1 << 16) && (p.page_size & (p.page_size - 1)) == 0,
-                "page_size = " << p.page_size << " must be a power of two in [1, 65536]");
-  TREEMLA_CHECK(p.num_pages >= 1, "num_pages = " << p.num_pages << " must be >= 1");
-  TREEMLA_CHECK(p.page_table_stride >= 1, "page_table_stride = " << p.page_table_stride << " must be >= 1");
+  treemla::validate(cache_layout_of(p));  // page_size, num_pages, page_table_stride (paged_cache.h)
   TREEMLA_CHECK(p.mask_words >= 1 && p.mask_words <= kMaxMaskWords,
                 "mask_words = " << p.mask_words << " must be in [1, " << kMaxMaskWords << "]");
   TREEMLA_CHECK(std::isfinite(p.sm_scale) && p.sm_scale > 0.f, "sm_scale = " << p.sm_scale << " must be finite and > 0");

@@ -33,6 +33,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "treemla/paged_cache.h"
+
 // The plan element types are defined in treemla/kvpool.h (C++20); pointers to them are all this
 // part of the header needs, so it also compiles as C++17 (CUDA translation units).
 namespace treemla::kvpool {
@@ -42,17 +44,21 @@ struct RowMove;   // {{int32 page, int32 slot} src, dst}: 16 bytes
 
 namespace treemla::cuda {
 
-// The paged latent cache in device memory.
+// The paged latent cache in device memory: its data and its geometry (bounds in
+// treemla/paged_cache.h, checked there; messages name the fields "cache.<field>").
 struct DeviceCache {
   void* data = nullptr;    // [num_pages, page_size, row_width] elements, 16-byte aligned
   int32_t num_pages = 0;   // >= 1
-  int32_t page_size = 0;   // rows per page, a power of two
+  int32_t page_size = 0;   // rows per page, a power of two in [1, 65536]
   int32_t row_width = 0;   // elements per row (576 for MLA), >= 1
   int32_t elem_size = 0;   // bytes per element (2 for bf16/fp16), >= 1
   // Copies move 16-byte vectors, so row_width * elem_size must be a multiple of 16, and a page
   // (page_size rows) must be below 2 GiB.
-  int64_t row_bytes() const { return int64_t{row_width} * elem_size; }
-  int64_t page_bytes() const { return row_bytes() * page_size; }
+  PagedCacheLayout layout(int32_t page_table_stride = 0) const {
+    return {num_pages, page_size, row_width, elem_size, page_table_stride};
+  }
+  int64_t row_bytes() const { return layout().row_bytes(); }
+  int64_t page_bytes() const { return layout().page_bytes(); }
 };
 
 // Per-request outcome of accept_paths / commit_accepted (optional status arrays).
@@ -122,7 +128,7 @@ void apply_row_moves(const RowMoveParams& p, void* workspace, cudaStream_t strea
 struct PageTableUpdateParams {
   int32_t* page_table = nullptr;  // [num_rows, stride] device
   int32_t num_rows = 0;           // >= 1
-  int32_t stride = 0;             // >= 1
+  int32_t stride = 0;             // >= 0, as page_table_stride (paged_cache.h)
   int32_t num_pages = 0;          // pages in the cache, >= 1 (bound of the written values)
   const int32_t* rows = nullptr;     // [num_updates] device: page-table row of each update
   const int32_t* offsets = nullptr;  // [num_updates + 1] device: prefix sums of the list lengths
@@ -177,7 +183,7 @@ struct CommitParams {
   DeviceCache cache;
   int32_t batch = 0;              // requests, >= 1
   int32_t max_accept = 0;         // row stride of accepted, 1..kMaxTreeNodes (1025)
-  int32_t page_table_stride = 0;  // >= 1
+  int32_t page_table_stride = 0;  // >= 0 (paged_cache.h); rows past it count as kBadPage
   const int32_t* page_table = nullptr;   // [batch, page_table_stride] device
   const int32_t* prefix_lens = nullptr;  // [batch] device: rows before the tree tail
   const int32_t* accepted = nullptr;     // [batch, max_accept] device (accept_paths' output)

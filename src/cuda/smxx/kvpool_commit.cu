@@ -8,14 +8,11 @@
 #include <cstdint>
 
 #include "cuda/common/check.h"
+#include "cuda/smxx/kvpool_common.h"
 #include "treemla/attention.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
-
-namespace kvpool_detail {
-void check_device_cache(const DeviceCache& c, const char* what);  // kvpool_moves.cu
-}  // namespace kvpool_detail
 
 const char* kv_status_name(KvStatus s) {
   switch (s) {
@@ -140,11 +137,10 @@ __global__ void __launch_bounds__(kCommitThreads) commit_kernel(const CommitArgs
 }  // namespace
 
 void commit_accepted(const CommitParams& p, cudaStream_t stream) {
-  kvpool_detail::check_device_cache(p.cache, "cache");
+  kvpool_detail::check_device_cache(p.cache, p.page_table_stride);
   TREEMLA_CHECK(p.batch >= 1, "batch must be >= 1, got " << p.batch);
   TREEMLA_CHECK(p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
                 "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
-  TREEMLA_CHECK(p.page_table_stride >= 1, "page_table_stride must be >= 1, got " << p.page_table_stride);
   TREEMLA_CHECK(p.cache.row_bytes() <= (int64_t{1} << 30),
                 "cache.row_width * elem_size = " << p.cache.row_bytes() << " bytes must be <= 1 GiB");
   TREEMLA_CHECK(p.page_table != nullptr, "page_table is null");

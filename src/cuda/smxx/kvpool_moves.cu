@@ -42,30 +42,21 @@
 #include <sstream>
 
 #include "cuda/common/check.h"
+#include "cuda/smxx/kvpool_common.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
 
-namespace kvpool_detail {
-
-// Shared with kvpool_commit.cu.
-void check_device_cache(const DeviceCache& c, const char* what) {
-  TREEMLA_CHECK(c.data != nullptr, what << ".data is null");
-  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0,
-                what << ".data must be 16-byte aligned, got " << c.data);
-  TREEMLA_CHECK(c.num_pages >= 1, what << ".num_pages must be >= 1, got " << c.num_pages);
-  TREEMLA_CHECK(c.page_size >= 1 && (c.page_size & (c.page_size - 1)) == 0,
-                what << ".page_size must be a power of two, got " << c.page_size);
-  TREEMLA_CHECK(c.row_width >= 1, what << ".row_width must be >= 1, got " << c.row_width);
-  TREEMLA_CHECK(c.elem_size >= 1, what << ".elem_size must be >= 1, got " << c.elem_size);
+void kvpool_detail::check_device_cache(const DeviceCache& c, int32_t page_table_stride) {
+  TREEMLA_CHECK(c.data != nullptr, "cache.data is null");
+  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0, "cache.data must be 16-byte aligned, got " << c.data);
+  treemla::validate(c.layout(page_table_stride), "cache.");
   TREEMLA_CHECK(c.row_bytes() % 16 == 0,
-                what << ".row_width * elem_size = " << c.row_bytes()
-                     << " bytes must be a multiple of 16 (rows are copied as 16-byte vectors)");
+                "cache.row_width * elem_size = " << c.row_bytes()
+                                                 << " bytes must be a multiple of 16 (rows are copied as 16-byte vectors)");
   TREEMLA_CHECK(c.page_bytes() < (int64_t{1} << 31),
-                what << ": a page of " << c.page_bytes() << " bytes must be below 2 GiB");
+                "cache: a page of " << c.page_bytes() << " bytes must be below 2 GiB");
 }
-
-}  // namespace kvpool_detail
 
 namespace {
 
@@ -254,7 +245,7 @@ template <bool kRows>
 void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int32_t* wave_offsets,
                           int32_t num_moves, int32_t num_waves, void* workspace, cudaStream_t stream,
                           const char* what) {
-  check_device_cache(cache, "cache");
+  check_device_cache(cache);
   TREEMLA_CHECK(num_moves >= 0, what << ": num_moves must be >= 0, got " << num_moves);
   TREEMLA_CHECK(num_waves >= 0 && num_waves <= num_moves,
                 what << ": num_waves must be in [0, num_moves = " << num_moves << "], got " << num_waves);
@@ -338,8 +329,8 @@ void update_page_tables(const PageTableUpdateParams& p, void* workspace, cudaStr
   if (p.num_updates == 0) return;
   TREEMLA_CHECK(p.page_table != nullptr, "page_table is null");
   TREEMLA_CHECK(p.num_rows >= 1, "num_rows must be >= 1, got " << p.num_rows);
-  TREEMLA_CHECK(p.stride >= 1, "stride must be >= 1, got " << p.stride);
-  TREEMLA_CHECK(p.num_pages >= 1, "num_pages must be >= 1, got " << p.num_pages);
+  check_page_table_stride(p.stride, "stride");  // the bounds of paged_cache.h
+  check_num_pages(p.num_pages, "num_pages");
   TREEMLA_CHECK(p.rows != nullptr && p.offsets != nullptr && p.pages != nullptr,
                 "rows, offsets and pages must not be null");
   TREEMLA_CHECK(workspace != nullptr, "workspace is null");
