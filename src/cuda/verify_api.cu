@@ -268,41 +268,36 @@ void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* works
 }
 
 void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
+  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null");
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
-  WorkspaceHeader h{};
-  auto* dev = reinterpret_cast<WorkspaceHeader*>(static_cast<char*>(workspace) + l.header);
-  TREEMLA_CUDA_CHECK(cudaMemcpyAsync(&h, dev, sizeof(h), cudaMemcpyDeviceToHost, stream));
-  TREEMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (h.status_code == kStatusOk) return;
-  const int zero[4] = {0, 0, 0, 0};
-  TREEMLA_CUDA_CHECK(cudaMemcpy(&dev->status_code, zero, sizeof(int) * 2, cudaMemcpyHostToDevice));
+  auto* hdr = reinterpret_cast<WorkspaceHeader*>(static_cast<char*>(workspace) + l.header);
+  const DeviceStatus h = take_device_status(&hdr->status, stream);
+  if (h.code == kStatusOk) return;
   std::ostringstream os;
-  switch (h.status_code) {
+  switch (h.code) {
     case kStatusBadIndptr:
-      os << "q_indptr must start at 0 and not decrease: request " << h.status_request << " has q_indptr = "
-         << h.status_value << " .. " << h.status_extra;
+      os << "q_indptr must start at 0 and not decrease: request " << h.index << " has q_indptr = " << h.value
+         << " .. " << h.extra;
       break;
     case kStatusQLen:
-      os << "request " << h.status_request << " has q_len = " << h.status_value << " > " << h.status_extra;
+      os << "request " << h.index << " has q_len = " << h.value << " > " << h.extra;
       break;
     case kStatusTotalQ:
-      os << "q_indptr[" << h.status_request + 1 << "] = " << h.status_value
-         << " exceeds the plan's max_total_q = " << h.status_extra;
+      os << "q_indptr[" << h.index + 1 << "] = " << h.value << " exceeds the plan's max_total_q = " << h.extra;
       break;
     case kStatusPrefix:
-      os << "prefix_lens[" << h.status_request << "] = " << h.status_value << " is out of range [0, "
-         << h.status_extra << "]";
+      os << "prefix_lens[" << h.index << "] = " << h.value << " is out of range [0, " << h.extra << "]";
       break;
     case kStatusPage:
-      os << "page_table row " << h.status_request << " maps logical row " << h.status_extra << " to page "
-         << h.status_value << ", outside [0, num_pages)";
+      os << "page_table row " << h.index << " maps logical row " << h.extra << " to page " << h.value
+         << ", outside [0, num_pages)";
       break;
     case kStatusStride:
-      os << "request " << h.status_request << " reads logical row " << h.status_value
-         << ", past its page_table row of page_table_stride = " << h.status_extra << " pages";
+      os << "request " << h.index << " reads logical row " << h.value
+         << ", past its page_table row of page_table_stride = " << h.extra << " pages";
       break;
     default:
-      os << "internal schedule error " << h.status_code << " (" << h.status_value << " > " << h.status_extra << ")";
+      os << "internal schedule error " << h.code << " (" << h.value << " > " << h.extra << ")";
   }
   TREEMLA_FAIL("verify attention: " << os.str() << "; affected rows were not computed from that data");
 }

@@ -61,7 +61,11 @@ struct DeviceCache {
   int64_t page_bytes() const { return layout().page_bytes(); }
 };
 
-// Per-request outcome of accept_paths / commit_accepted (optional status arrays).
+// Per-request outcome of accept_paths / commit_accepted (optional status arrays). A result, not
+// an error: one code per request, written for the caller to act on request by request, while the
+// other requests of the launch are accepted and committed. (Violations of a launch's argument
+// contract -- a move naming a page outside the cache -- are errors instead: the launch records
+// the first one and check_move_status throws it.)
 enum class KvStatus : int32_t {
   kOk = 0,
   kBadTreeSize = 1,   // q_len = q_indptr[b + 1] - q_indptr[b] outside 1..kMaxTreeNodes (1025)
@@ -85,12 +89,13 @@ const char* kv_status_name(KvStatus s);
 // which matters because defrag plans after churn have tens to thousands of waves, most of them
 // small (a chain takes one wave per page, a cycle one move per wave). Copies are page (or row) granular, 16-byte vectors, coalesced, through L2.
 //
-// Workspace: kMoveWorkspaceBytes of device memory, zeroed once by the caller after allocation
-// (cudaMemset). Each apply resets its own counters on the stream (cudaMemsetAsync, captured as a
-// graph node), so launches on one stream may share it; concurrent streams need one each. A move
-// with an index outside the cache is skipped and recorded in the workspace's sticky status word
-// (check_move_status); the waves must be the plan's (non-empty, in order) or the order of the
-// moves is undefined, though nothing is accessed out of bounds and the launch terminates.
+// Workspace: kMoveWorkspaceBytes of device memory, 8-byte aligned (cudaMalloc gives 256), zeroed
+// once by the caller after allocation (cudaMemset). Each apply resets its own counters on the
+// stream (cudaMemsetAsync, captured as a graph node), so launches on one stream may share it;
+// concurrent streams need one each. A move with an index outside the cache is skipped and the
+// first one is recorded in the workspace's sticky status record (check_move_status); the waves
+// must be the plan's (non-empty, in order) or the order of the moves is undefined, though nothing
+// is accessed out of bounds and the launch terminates.
 
 constexpr size_t kMoveWorkspaceBytes = 64;
 
@@ -137,8 +142,8 @@ struct PageTableUpdateParams {
 };
 void update_page_tables(const PageTableUpdateParams& p, void* workspace, cudaStream_t stream);
 
-// Synchronizes the stream, reads the workspace's status word and throws treemla::Error naming
-// the first skipped move or update (and clears the word); returns quietly if there was none.
+// Synchronizes the stream, reads the workspace's status record and throws treemla::Error naming
+// the first skipped move or update (and clears the record); returns quietly if there was none.
 void check_move_status(void* workspace, cudaStream_t stream);
 
 // ---- acceptance on the GPU --------------------------------------------------------------------
