@@ -25,7 +25,8 @@ namespace treemla::cuda {
 enum StatusCode : int {
   kStatusOk = 0,
   // verify attention (schedule, main kernels; check_status)
-  kStatusBadIndptr = 1,  // q_indptr[0] != 0 or decreasing: request, q_indptr[b], q_indptr[b + 1]
+  kStatusBadIndptr = 1,  // q_indptr[0] != 0: 0, q_indptr[0], 0; or decreasing: request,
+                         // q_indptr[b], q_indptr[b + 1]
   kStatusQLen = 2,       // a request's q_len > kMaxTreeNodes: request, q_len, kMaxTreeNodes
   kStatusTotalQ = 3,     // q_indptr[b + 1] > limits.max_total_q: request, q_indptr[b + 1], bound
   kStatusPrefix = 4,     // prefix_len < 0 or > kMaxPrefixLen: request, prefix_len, kMaxPrefixLen
