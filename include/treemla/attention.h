@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "treemla/dtype.h"
+#include "treemla/paged_cache.h"
 
 namespace treemla {
 
@@ -42,9 +43,10 @@ struct VerifyParams {
   int kv_dtype = -1;
   int batch = 0;               // number of requests, >= 1
   int num_heads = 0;           // H, 1..128
-  int page_size = 0;           // tokens per page, a power of two
-  int num_pages = 0;           // pages in kv_cache
-  int page_table_stride = 0;   // int32 entries per page_table row
+  // The paged cache's geometry; bounds and their one check in paged_cache.h (cache_layout_of).
+  int page_size = 0;           // tokens per page, a power of two in [1, 65536]
+  int num_pages = 0;           // pages in kv_cache, >= 1
+  int page_table_stride = 0;   // int32 entries per page_table row, >= 0
   int mask_words = 0;          // uint64 words per tree_mask row, >= ceil(max q_len / 64), <= 17
   float sm_scale = 0.f;        // softmax scale applied to q . k
   VerifyPart part = VerifyPart::kAll;
@@ -59,6 +61,11 @@ struct VerifyParams {
 
 // The element type of kv_cache.
 inline DType kv_dtype_of(const VerifyParams& p) { return p.kv_dtype < 0 ? p.dtype : static_cast<DType>(p.kv_dtype); }
+
+// The geometry of the paged cache the call reads: rows of kHeadDimQK elements of kv_dtype_of(p).
+inline PagedCacheLayout cache_layout_of(const VerifyParams& p) {
+  return PagedCacheLayout{p.num_pages, p.page_size, kHeadDimQK, dtype_size(kv_dtype_of(p)), p.page_table_stride};
+}
 
 namespace cpu {
 

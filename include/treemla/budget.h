@@ -37,7 +37,7 @@ struct CostTable {
   std::string date;        // measurement date, YYYY-MM-DD
   std::string commit;      // treemla commit the kernel was built from
   int32_t heads = 0;       // query heads H, 1..kMaxHeads
-  int32_t page_size = 0;   // KV page size, a power of two
+  int32_t page_size = 0;   // KV page size, a power of two in [1, 65536] (paged_cache.h)
   std::vector<int32_t> n;  // [num_n] tree sizes 1 + B: 1 <= n[0] < n[1] < .. <= kMaxTreeNodes
   std::vector<int64_t> L;  // [num_L] prefix lengths: 0 <= L[0] < L[1] < .. <= kMaxPrefixLen
   std::vector<std::vector<double>> us;  // [num_n][num_L], finite and > 0

@@ -27,6 +27,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "treemla/paged_cache.h"
+
 namespace treemla::kvpool {
 
 // Which free pages an allocation takes. Initially every page is free, in ascending order.
@@ -38,19 +40,23 @@ namespace treemla::kvpool {
 enum class FreePolicy : int { kAsFreed = 0, kSorted = 1 };
 const char* free_policy_name(FreePolicy p);
 
+// The cache's geometry (bounds in paged_cache.h) and the free-list policy.
 struct PoolConfig {
   int32_t num_pages = 0;  // pages in the cache, >= 1
-  int32_t page_size = 0;  // rows per page, a power of two
+  int32_t page_size = 0;  // rows per page, a power of two in [1, 65536]
   int32_t row_width = 0;  // elements per row (576 for MLA), >= 1
   int32_t elem_size = 0;  // bytes per element (2 for bf16), >= 1
   FreePolicy policy = FreePolicy::kAsFreed;
 
-  int64_t row_bytes() const { return int64_t{row_width} * elem_size; }
-  int64_t page_bytes() const { return row_bytes() * page_size; }
+  // The pool has no page table of its own (page_table_row takes the caller's stride).
+  PagedCacheLayout layout() const { return {num_pages, page_size, row_width, elem_size, 0}; }
+  int64_t row_bytes() const { return layout().row_bytes(); }
+  int64_t page_bytes() const { return layout().page_bytes(); }
   bool operator==(const PoolConfig&) const = default;
 };
 
-// Throws treemla::Error naming the first field out of range.
+// Throws treemla::Error naming the first field out of range: the geometry through
+// treemla::validate(layout()), then the policy.
 void validate(const PoolConfig& config);
 
 // ---- plans (plain data, the same for host and device) ----------------------------------------

@@ -34,10 +34,7 @@ void validate(const VerifyParams& p) {
   TREEMLA_CHECK(p.batch >= 1, "batch = " << p.batch << " must be >= 1");
   TREEMLA_CHECK(p.num_heads >= 1 && p.num_heads <= kMaxHeads,
                 "num_heads = " << p.num_heads << " is out of range [1, " << kMaxHeads << "]");
-  TREEMLA_CHECK(p.page_size >= 1 && p.page_size <= (1 << 16) && (p.page_size & (p.page_size - 1)) == 0,
-                "page_size = " << p.page_size << " must be a power of two in [1, 65536]");
-  TREEMLA_CHECK(p.num_pages >= 1, "num_pages = " << p.num_pages << " must be >= 1");
-  TREEMLA_CHECK(p.page_table_stride >= 0, "page_table_stride = " << p.page_table_stride << " must be >= 0");
+  treemla::validate(cache_layout_of(p));  // page_size, num_pages, page_table_stride (paged_cache.h)
   TREEMLA_CHECK(p.mask_words >= 1 && p.mask_words <= kMaxMaskWords,
                 "mask_words = " << p.mask_words << " is out of range [1, " << kMaxMaskWords << "]");
   const int dt = static_cast<int>(p.dtype);

@@ -210,10 +210,7 @@ void check_params(const VerifyParams& p, const VerifyPlan& plan) {
                 "batch = " << p.batch << " must be in [1, plan.limits.max_batch = " << plan.limits.max_batch << "]");
   TREEMLA_CHECK(p.num_heads == plan.limits.num_heads,
                 "num_heads = " << p.num_heads << " must equal the plan's num_heads = " << plan.limits.num_heads);
-  TREEMLA_CHECK(p.page_size >= 1 && p.page_size <= (1 << 16) && (p.page_size & (p.page_size - 1)) == 0,
-                "page_size = " << p.page_size << " must be a power of two in [1, 65536]");
-  TREEMLA_CHECK(p.num_pages >= 1, "num_pages = " << p.num_pages << " must be >= 1");
-  TREEMLA_CHECK(p.page_table_stride >= 1, "page_table_stride = " << p.page_table_stride << " must be >= 1");
+  treemla::validate(cache_layout_of(p));  // page_size, num_pages, page_table_stride (paged_cache.h)
   TREEMLA_CHECK(p.mask_words >= 1 && p.mask_words <= kMaxMaskWords,
                 "mask_words = " << p.mask_words << " must be in [1, " << kMaxMaskWords << "]");
   TREEMLA_CHECK(std::isfinite(p.sm_scale) && p.sm_scale > 0.f, "sm_scale = " << p.sm_scale << " must be finite and > 0");
@@ -272,41 +269,36 @@ void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* works
 }
 
 void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
+  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null");
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
-  WorkspaceHeader h{};
-  auto* dev = reinterpret_cast<WorkspaceHeader*>(static_cast<char*>(workspace) + l.header);
-  TREEMLA_CUDA_CHECK(cudaMemcpyAsync(&h, dev, sizeof(h), cudaMemcpyDeviceToHost, stream));
-  TREEMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (h.status_code == kStatusOk) return;
-  const int zero[4] = {0, 0, 0, 0};
-  TREEMLA_CUDA_CHECK(cudaMemcpy(&dev->status_code, zero, sizeof(int) * 2, cudaMemcpyHostToDevice));
+  auto* hdr = reinterpret_cast<WorkspaceHeader*>(static_cast<char*>(workspace) + l.header);
+  const DeviceStatus h = take_device_status(&hdr->status, stream);
+  if (h.code == kStatusOk) return;
   std::ostringstream os;
-  switch (h.status_code) {
+  switch (h.code) {
     case kStatusBadIndptr:
-      os << "q_indptr must start at 0 and not decrease: request " << h.status_request << " has q_indptr = "
-         << h.status_value << " .. " << h.status_extra;
+      os << "q_indptr must start at 0 and not decrease: request " << h.index << " has q_indptr = " << h.value
+         << " .. " << h.extra;
       break;
     case kStatusQLen:
-      os << "request " << h.status_request << " has q_len = " << h.status_value << " > " << h.status_extra;
+      os << "request " << h.index << " has q_len = " << h.value << " > " << h.extra;
       break;
     case kStatusTotalQ:
-      os << "q_indptr[" << h.status_request + 1 << "] = " << h.status_value
-         << " exceeds the plan's max_total_q = " << h.status_extra;
+      os << "q_indptr[" << h.index + 1 << "] = " << h.value << " exceeds the plan's max_total_q = " << h.extra;
       break;
     case kStatusPrefix:
-      os << "prefix_lens[" << h.status_request << "] = " << h.status_value << " is out of range [0, "
-         << h.status_extra << "]";
+      os << "prefix_lens[" << h.index << "] = " << h.value << " is out of range [0, " << h.extra << "]";
       break;
     case kStatusPage:
-      os << "page_table row " << h.status_request << " maps logical row " << h.status_extra << " to page "
-         << h.status_value << ", outside [0, num_pages)";
+      os << "page_table row " << h.index << " maps logical row " << h.extra << " to page " << h.value
+         << ", outside [0, num_pages)";
       break;
     case kStatusStride:
-      os << "request " << h.status_request << " reads logical row " << h.status_value
-         << ", past its page_table row of page_table_stride = " << h.status_extra << " pages";
+      os << "request " << h.index << " reads logical row " << h.value
+         << ", past its page_table row of page_table_stride = " << h.extra << " pages";
       break;
     default:
-      os << "internal schedule error " << h.status_code << " (" << h.status_value << " > " << h.status_extra << ")";
+      os << "internal schedule error " << h.code << " (" << h.value << " > " << h.extra << ")";
   }
   TREEMLA_FAIL("verify attention: " << os.str() << "; affected rows were not computed from that data");
 }

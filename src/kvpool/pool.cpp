@@ -2,7 +2,6 @@
 // Every mutating function checks all its arguments first and only then changes state, so an
 // error leaves the pool unchanged.
 #include <algorithm>
-#include <limits>
 
 #include "treemla/error.h"
 #include "treemla/kvpool.h"
@@ -20,16 +19,10 @@ const char* free_policy_name(FreePolicy p) {
 }
 
 void validate(const PoolConfig& c) {
-  TREEMLA_CHECK(c.num_pages >= 1, "num_pages must be >= 1, got " << c.num_pages);
-  TREEMLA_CHECK(c.page_size >= 1 && (c.page_size & (c.page_size - 1)) == 0,
-                "page_size must be a power of two >= 1, got " << c.page_size);
-  TREEMLA_CHECK(c.row_width >= 1, "row_width must be >= 1, got " << c.row_width);
-  TREEMLA_CHECK(c.elem_size >= 1, "elem_size must be >= 1, got " << c.elem_size);
+  // The geometry only: row counts are int64 and slots int32, so the pool adds no bound of its own.
+  treemla::validate(c.layout());
   TREEMLA_CHECK(c.policy == FreePolicy::kAsFreed || c.policy == FreePolicy::kSorted,
                 "policy must be kAsFreed (0) or kSorted (1), got " << static_cast<int>(c.policy));
-  // Row counts are int64 and slots int32, so the only bound is that a whole cache is addressable.
-  TREEMLA_CHECK(c.page_bytes() <= std::numeric_limits<int64_t>::max() / c.num_pages,
-                "num_pages * page_size * row_width * elem_size overflows int64");
 }
 
 int32_t count_runs(std::span<const int32_t> pages) {
@@ -186,7 +179,7 @@ void KvPool::page_table_row(int64_t request, int32_t* row, int64_t stride, int32
 }
 
 std::vector<int32_t> KvPool::page_table_row(int64_t request, int64_t stride, int32_t pad) const {
-  TREEMLA_CHECK(stride >= 0, "stride must be >= 0, got " << stride);
+  check_page_table_stride(stride, "stride");
   std::vector<int32_t> out(static_cast<size_t>(stride));
   page_table_row(request, out.data(), stride, pad);
   return out;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "treemla/error.h"
+#include "treemla/paged_cache.h"
 
 namespace treemla {
 
@@ -145,8 +146,7 @@ std::vector<int32_t> resolve_candidates(const CostTable& table, int64_t num_scor
 void validate_cost_table(const CostTable& table) {
   TREEMLA_CHECK(table.heads >= 1 && table.heads <= kMaxHeads,
                 "cost table: heads = " << table.heads << " must be in 1.." << kMaxHeads);
-  TREEMLA_CHECK(table.page_size >= 1 && (table.page_size & (table.page_size - 1)) == 0,
-                "cost table: page_size = " << table.page_size << " must be a power of two");
+  check_page_size(table.page_size, "cost table: page_size");  // the verify call's bound (paged_cache.h)
   validate_axis<int32_t>(table.n, "n", 1, kMaxTreeNodes);
   validate_axis<int64_t>(table.L, "L", 0, kMaxPrefixLen);
   TREEMLA_CHECK(table.us.size() == table.n.size(),

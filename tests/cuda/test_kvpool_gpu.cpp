@@ -418,12 +418,12 @@ TEST(KvPoolGpu, BadScalarArgumentsThrow) {
   ap.max_accept = 4;
   ap.batch = 0;
   expect_error([&] { cuda::accept_paths(ap, 0); }, "batch");
-  cuda::CommitParams cp{c, 1, 4, 0, i32.ptr, i32.ptr, i32.ptr, i32.ptr, i32.ptr, nullptr};
+  cuda::CommitParams cp{c, 1, 4, -1, i32.ptr, i32.ptr, i32.ptr, i32.ptr, i32.ptr, nullptr};  // 0 is valid
   expect_error([&] { cuda::commit_accepted(cp, 0); }, "page_table_stride");
   cp.page_table_stride = 2;
   cp.new_seq_lens = nullptr;
   expect_error([&] { cuda::commit_accepted(cp, 0); }, "new_seq_lens");
-  cuda::PageTableUpdateParams tp{i32.ptr, 1, 0, 4, i32.ptr, i32.ptr, i32.ptr, 1};
+  cuda::PageTableUpdateParams tp{i32.ptr, 1, -1, 4, i32.ptr, i32.ptr, i32.ptr, 1};  // 0 is valid
   expect_error([&] { cuda::update_page_tables(tp, ws.ptr, 0); }, "stride");
 }
 

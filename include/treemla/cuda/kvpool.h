@@ -33,6 +33,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "treemla/paged_cache.h"
+
 // The plan element types are defined in treemla/kvpool.h (C++20); pointers to them are all this
 // part of the header needs, so it also compiles as C++17 (CUDA translation units).
 namespace treemla::kvpool {
@@ -42,20 +44,28 @@ struct RowMove;   // {{int32 page, int32 slot} src, dst}: 16 bytes
 
 namespace treemla::cuda {
 
-// The paged latent cache in device memory.
+// The paged latent cache in device memory: its data and its geometry (bounds in
+// treemla/paged_cache.h, checked there; messages name the fields "cache.<field>").
 struct DeviceCache {
   void* data = nullptr;    // [num_pages, page_size, row_width] elements, 16-byte aligned
   int32_t num_pages = 0;   // >= 1
-  int32_t page_size = 0;   // rows per page, a power of two
+  int32_t page_size = 0;   // rows per page, a power of two in [1, 65536]
   int32_t row_width = 0;   // elements per row (576 for MLA), >= 1
   int32_t elem_size = 0;   // bytes per element (2 for bf16/fp16), >= 1
   // Copies move 16-byte vectors, so row_width * elem_size must be a multiple of 16, and a page
   // (page_size rows) must be below 2 GiB.
-  int64_t row_bytes() const { return int64_t{row_width} * elem_size; }
-  int64_t page_bytes() const { return row_bytes() * page_size; }
+  PagedCacheLayout layout(int32_t page_table_stride = 0) const {
+    return {num_pages, page_size, row_width, elem_size, page_table_stride};
+  }
+  int64_t row_bytes() const { return layout().row_bytes(); }
+  int64_t page_bytes() const { return layout().page_bytes(); }
 };
 
-// Per-request outcome of accept_paths / commit_accepted (optional status arrays).
+// Per-request outcome of accept_paths / commit_accepted (optional status arrays). A result, not
+// an error: one code per request, written for the caller to act on request by request, while the
+// other requests of the launch are accepted and committed. (Violations of a launch's argument
+// contract -- a move naming a page outside the cache -- are errors instead: the launch records
+// the first one and check_move_status throws it.)
 enum class KvStatus : int32_t {
   kOk = 0,
   kBadTreeSize = 1,   // q_len = q_indptr[b + 1] - q_indptr[b] outside 1..kMaxTreeNodes (1025)
@@ -79,12 +89,13 @@ const char* kv_status_name(KvStatus s);
 // which matters because defrag plans after churn have tens to thousands of waves, most of them
 // small (a chain takes one wave per page, a cycle one move per wave). Copies are page (or row) granular, 16-byte vectors, coalesced, through L2.
 //
-// Workspace: kMoveWorkspaceBytes of device memory, zeroed once by the caller after allocation
-// (cudaMemset). Each apply resets its own counters on the stream (cudaMemsetAsync, captured as a
-// graph node), so launches on one stream may share it; concurrent streams need one each. A move
-// with an index outside the cache is skipped and recorded in the workspace's sticky status word
-// (check_move_status); the waves must be the plan's (non-empty, in order) or the order of the
-// moves is undefined, though nothing is accessed out of bounds and the launch terminates.
+// Workspace: kMoveWorkspaceBytes of device memory, 8-byte aligned (cudaMalloc gives 256), zeroed
+// once by the caller after allocation (cudaMemset). Each apply resets its own counters on the
+// stream (cudaMemsetAsync, captured as a graph node), so launches on one stream may share it;
+// concurrent streams need one each. A move with an index outside the cache is skipped and the
+// first one is recorded in the workspace's sticky status record (check_move_status); the waves
+// must be the plan's (non-empty, in order) or the order of the moves is undefined, though nothing
+// is accessed out of bounds and the launch terminates.
 
 constexpr size_t kMoveWorkspaceBytes = 64;
 
@@ -122,7 +133,7 @@ void apply_row_moves(const RowMoveParams& p, void* workspace, cudaStream_t strea
 struct PageTableUpdateParams {
   int32_t* page_table = nullptr;  // [num_rows, stride] device
   int32_t num_rows = 0;           // >= 1
-  int32_t stride = 0;             // >= 1
+  int32_t stride = 0;             // >= 0, as page_table_stride (paged_cache.h)
   int32_t num_pages = 0;          // pages in the cache, >= 1 (bound of the written values)
   const int32_t* rows = nullptr;     // [num_updates] device: page-table row of each update
   const int32_t* offsets = nullptr;  // [num_updates + 1] device: prefix sums of the list lengths
@@ -131,8 +142,8 @@ struct PageTableUpdateParams {
 };
 void update_page_tables(const PageTableUpdateParams& p, void* workspace, cudaStream_t stream);
 
-// Synchronizes the stream, reads the workspace's status word and throws treemla::Error naming
-// the first skipped move or update (and clears the word); returns quietly if there was none.
+// Synchronizes the stream, reads the workspace's status record and throws treemla::Error naming
+// the first skipped move or update (and clears the record); returns quietly if there was none.
 void check_move_status(void* workspace, cudaStream_t stream);
 
 // ---- acceptance on the GPU --------------------------------------------------------------------
@@ -177,7 +188,7 @@ struct CommitParams {
   DeviceCache cache;
   int32_t batch = 0;              // requests, >= 1
   int32_t max_accept = 0;         // row stride of accepted, 1..kMaxTreeNodes (1025)
-  int32_t page_table_stride = 0;  // >= 1
+  int32_t page_table_stride = 0;  // >= 0 (paged_cache.h); rows past it count as kBadPage
   const int32_t* page_table = nullptr;   // [batch, page_table_stride] device
   const int32_t* prefix_lens = nullptr;  // [batch] device: rows before the tree tail
   const int32_t* accepted = nullptr;     // [batch, max_accept] device (accept_paths' output)

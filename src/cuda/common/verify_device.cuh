@@ -1,19 +1,16 @@
 // Device helpers shared by the verify kernels (schedule, main, combine): recording a device-side
-// check's failure in the workspace, and finding which request a work item belongs to.
+// check's failure in the workspace header, and finding which request a work item belongs to.
 #pragma once
 
 #include "cuda/common/verify_kernel_params.h"
 
 namespace treemla::cuda {
 
-// Record a failed device-side check; the first failure of a call wins (check_status reports it).
+// Record a failed device-side check in the call's status record (device_status.h); the first
+// failure of a call wins and check_status reports it.
 __device__ __forceinline__ void record_status(WorkspaceHeader* hdr, int code, int request,
                                               long long value, long long extra) {
-  if (atomicCAS(&hdr->status_code, 0, code) == 0) {
-    hdr->status_request = request;
-    hdr->status_value = value;
-    hdr->status_extra = extra;
-  }
+  record_status(&hdr->status, code, request, value, extra);
 }
 
 // Largest b in [0, n) with base[b] <= x (base non-decreasing, base[0] <= x): the request whose

@@ -1,10 +1,12 @@
 // Device-side view of one verify call and of its workspace. Shared by the schedule, main and
-// combine kernels of every family; plain data, no CUDA headers needed.
+// combine kernels of every family, and by the host code that sizes and reads the workspace;
+// plain data (the status record and its codes are in device_status.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/device_status.h"
 #include "treemla/attention.h"
 
 namespace treemla::cuda {
@@ -12,28 +14,15 @@ namespace treemla::cuda {
 constexpr int kBlockM = 64;      // folded (node, head) rows per work item
 constexpr int kMinChunkBlocks = 8;  // a work item reads at least this many prefix blocks
 
-// Status codes recorded by device-side checks (first violation wins).
-enum StatusCode : int {
-  kStatusOk = 0,
-  kStatusBadIndptr = 1,      // q_indptr[0] != 0 or decreasing
-  kStatusQLen = 2,           // a request's q_len > kMaxTreeNodes
-  kStatusTotalQ = 3,         // q_indptr[batch] > limits.max_total_q
-  kStatusPrefix = 4,         // prefix_len < 0 or > kMaxPrefixLen
-  kStatusPage = 5,           // a page index the call reads is outside [0, num_pages)
-  kStatusPartials = 6,       // schedule needs more partial slots than the plan holds (a bug)
-  kStatusStride = 7,         // a logical row past page_table_stride * page_size
-};
-
 struct WorkspaceHeader {
-  int counter;       // next work item of the main kernel; reset by schedule and combine
-  int num_items;     // work items of this call
-  int num_groups;    // (request, tile) groups with more than one split
+  int counter;          // next work item of the main kernel; reset by schedule and combine
+  int num_items;        // work items of this call
+  int num_groups;       // (request, tile) groups with more than one split
   int reserved;
-  int status_code;
-  int status_request;
-  long long status_value;
-  long long status_extra;
+  DeviceStatus status;  // first failed device-side check (device_status.h); check_status reads it
 };
+static_assert(offsetof(WorkspaceHeader, status) == 16 && sizeof(WorkspaceHeader) == 40,
+              "the header's layout: four counters, then the status record");
 
 struct RequestSched {
   int q_start;     // q_indptr[b]

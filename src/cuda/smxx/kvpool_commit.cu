@@ -1,21 +1,18 @@
-// Device-driven acceptance of verified trees and commit of the accepted rows
-// (architecture-generic). Both kernels read every length, index and token from device memory and
-// have a grid fixed by the batch size, so a CUDA graph captured once replays with new trees,
-// lengths and accepted paths.
+// Device-driven commit of the accepted rows (architecture-generic), after accept_paths
+// (kvpool_accept.cu). The kernel reads every length, index and path from device memory and has a
+// grid fixed by the batch size, so a CUDA graph captured once replays with new lengths and
+// accepted paths.
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
 
 #include "cuda/common/check.h"
+#include "cuda/smxx/kvpool_common.h"
 #include "treemla/attention.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
-
-namespace kvpool_detail {
-void check_device_cache(const DeviceCache& c, const char* what);  // kvpool_moves.cu
-}  // namespace kvpool_detail
 
 const char* kv_status_name(KvStatus s) {
   switch (s) {
@@ -32,76 +29,8 @@ const char* kv_status_name(KvStatus s) {
 
 namespace {
 
-constexpr int kAcceptThreads = 128;
 constexpr int kCommitThreads = 128;
 constexpr int kCommitBatch = 16;  // rows in flight per thread
-
-// ---- accept_kernel ------------------------------------------------------------------------------
-// Grid: one CTA per request; the CTA owns its request's outputs (row b of accepted, accept_len[b],
-// bonus_tokens[b], status[b]) and no CTA reads another's, so CTAs need no ordering.
-// Phase 1 (all threads): load parents, node tokens and target tokens of the request into shared
-// memory and check the parent array; __syncthreads_or makes the verdict uniform.
-// Phase 2 (warp 0): the walk of tree::accept_path. That function scans j = 1..n-1 once, moving to
-// j when parents[j] == cur and node_tokens[j] == target[cur]; children have larger indices than
-// their parent, so the first match after cur is the lowest-index child carrying the token. The
-// warp checks the 32 candidates [base, base + 32) against the current cur at once: if none
-// matches, the sequential scan would pass all of them with cur unchanged; otherwise its first
-// match is the lowest matching lane, after which it resumes at that node + 1 -- exactly the
-// warp's next base. All lanes hold the same cur/base (ballot results are uniform).
-// __syncthreads, then phase 3 (all threads): write the outputs, -1 past the path.
-__global__ void __launch_bounds__(kAcceptThreads) accept_kernel(const AcceptParams p) {
-  __shared__ int32_t s_parent[kMaxTreeNodes], s_token[kMaxTreeNodes], s_target[kMaxTreeNodes];
-  __shared__ int32_t s_path[kMaxTreeNodes];
-  __shared__ int32_t s_len, s_bonus;
-  const int b = blockIdx.x;
-  const int tid = threadIdx.x;
-  const int32_t q0 = __ldg(p.q_indptr + b);
-  const int32_t n = __ldg(p.q_indptr + b + 1) - q0;
-  KvStatus code = (q0 < 0 || n < 1 || n > kMaxTreeNodes) ? KvStatus::kBadTreeSize : KvStatus::kOk;
-  if (code == KvStatus::kOk) {  // uniform
-    bool bad = false;
-    for (int j = tid; j < n; j += kAcceptThreads) {
-      const int32_t par = __ldg(p.parents + q0 + j);
-      s_parent[j] = par;
-      s_token[j] = __ldg(p.node_tokens + q0 + j);
-      s_target[j] = __ldg(p.target_tokens + q0 + j);
-      bad |= j == 0 ? par != -1 : (par < 0 || par >= j);
-    }
-    if (__syncthreads_or(bad)) code = KvStatus::kBadParents;
-  }
-  if (code == KvStatus::kOk && tid < 32) {
-    const int lane = tid;
-    int32_t cur = 0, len = 1, t = s_target[0], base = 1;
-    if (lane == 0) s_path[0] = 0;
-    while (base < n && len < p.max_accept) {
-      const int32_t j = base + lane;
-      const bool hit = j < n && s_parent[j] == cur && s_token[j] == t;
-      const unsigned m = __ballot_sync(0xffffffffu, hit);
-      if (m) {
-        cur = base + __ffs(m) - 1;
-        t = s_target[cur];
-        if (lane == 0) s_path[len] = cur;
-        ++len;
-        base = cur + 1;
-      } else {
-        base += 32;
-      }
-    }
-    if (lane == 0) {
-      s_len = len;
-      s_bonus = t;
-    }
-  }
-  __syncthreads();
-  const int32_t len = code == KvStatus::kOk ? s_len : 0;
-  int32_t* row = p.accepted + int64_t{b} * p.max_accept;
-  for (int k = tid; k < p.max_accept; k += kAcceptThreads) row[k] = k < len ? s_path[k] : -1;
-  if (tid == 0) {
-    p.accept_len[b] = len;
-    p.bonus_tokens[b] = code == KvStatus::kOk ? s_bonus : -1;
-    if (p.status) p.status[b] = static_cast<int32_t>(code);
-  }
-}
 
 // ---- commit_kernel ------------------------------------------------------------------------------
 // Grid: one CTA per request. The CTA owns every row of its request's pages (page tables of
@@ -207,27 +136,11 @@ __global__ void __launch_bounds__(kCommitThreads) commit_kernel(const CommitArgs
 
 }  // namespace
 
-void accept_paths(const AcceptParams& p, cudaStream_t stream) {
-  TREEMLA_CHECK(p.batch >= 1, "batch must be >= 1, got " << p.batch);
-  TREEMLA_CHECK(p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
-                "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
-  TREEMLA_CHECK(p.q_indptr != nullptr, "q_indptr is null");
-  TREEMLA_CHECK(p.parents != nullptr, "parents is null");
-  TREEMLA_CHECK(p.node_tokens != nullptr, "node_tokens is null");
-  TREEMLA_CHECK(p.target_tokens != nullptr, "target_tokens is null");
-  TREEMLA_CHECK(p.accepted != nullptr, "accepted is null");
-  TREEMLA_CHECK(p.accept_len != nullptr, "accept_len is null");
-  TREEMLA_CHECK(p.bonus_tokens != nullptr, "bonus_tokens is null");
-  accept_kernel<<<p.batch, kAcceptThreads, 0, stream>>>(p);
-  TREEMLA_CHECK_LAUNCH("accept_kernel");
-}
-
 void commit_accepted(const CommitParams& p, cudaStream_t stream) {
-  kvpool_detail::check_device_cache(p.cache, "cache");
+  kvpool_detail::check_device_cache(p.cache, p.page_table_stride);
   TREEMLA_CHECK(p.batch >= 1, "batch must be >= 1, got " << p.batch);
   TREEMLA_CHECK(p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
                 "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
-  TREEMLA_CHECK(p.page_table_stride >= 1, "page_table_stride must be >= 1, got " << p.page_table_stride);
   TREEMLA_CHECK(p.cache.row_bytes() <= (int64_t{1} << 30),
                 "cache.row_width * elem_size = " << p.cache.row_bytes() << " bytes must be <= 1 GiB");
   TREEMLA_CHECK(p.page_table != nullptr, "page_table is null");

@@ -38,34 +38,28 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
+#include <string>
 
 #include "cuda/common/check.h"
+#include "cuda/common/device_status.h"
+#include "cuda/smxx/kvpool_common.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
 
-namespace kvpool_detail {
-
-// Shared with kvpool_commit.cu.
-void check_device_cache(const DeviceCache& c, const char* what) {
-  TREEMLA_CHECK(c.data != nullptr, what << ".data is null");
-  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0,
-                what << ".data must be 16-byte aligned, got " << c.data);
-  TREEMLA_CHECK(c.num_pages >= 1, what << ".num_pages must be >= 1, got " << c.num_pages);
-  TREEMLA_CHECK(c.page_size >= 1 && (c.page_size & (c.page_size - 1)) == 0,
-                what << ".page_size must be a power of two, got " << c.page_size);
-  TREEMLA_CHECK(c.row_width >= 1, what << ".row_width must be >= 1, got " << c.row_width);
-  TREEMLA_CHECK(c.elem_size >= 1, what << ".elem_size must be >= 1, got " << c.elem_size);
+void kvpool_detail::check_device_cache(const DeviceCache& c, int32_t page_table_stride) {
+  TREEMLA_CHECK(c.data != nullptr, "cache.data is null");
+  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0, "cache.data must be 16-byte aligned, got " << c.data);
+  treemla::validate(c.layout(page_table_stride), "cache.");
   TREEMLA_CHECK(c.row_bytes() % 16 == 0,
-                what << ".row_width * elem_size = " << c.row_bytes()
-                     << " bytes must be a multiple of 16 (rows are copied as 16-byte vectors)");
+                "cache.row_width * elem_size = " << c.row_bytes()
+                                                 << " bytes must be a multiple of 16 (rows are copied as 16-byte vectors)");
   TREEMLA_CHECK(c.page_bytes() < (int64_t{1} << 31),
-                what << ": a page of " << c.page_bytes() << " bytes must be below 2 GiB");
+                "cache: a page of " << c.page_bytes() << " bytes must be below 2 GiB");
 }
-
-}  // namespace kvpool_detail
 
 namespace {
 
@@ -79,10 +73,22 @@ constexpr int kUnroll = 4;
 constexpr int64_t kTicketBytes = 64 << 10;
 constexpr int kMaxTicketMoves = 64;
 
-// Workspace words (uint32). kTicket / kPublished are reset by every launch; the status pair is
-// sticky until check_move_status.
-enum WsWord : int { kTicket = 0, kPublished = 1, kStatusKind = 2, kStatusIndex = 3 };
-enum StatusKind : uint32_t { kNone = 0, kBadPageMove = 1, kBadRowMove = 2, kBadTableUpdate = 3 };
+// The workspace (kMoveWorkspaceBytes). The two counters are reset by every launch; the status
+// record (device_status.h) is sticky until check_move_status.
+struct MoveWorkspace {
+  uint32_t ticket;      // first move of the next ticket
+  uint32_t published;   // moves whose copies are finished and visible
+  DeviceStatus status;  // first skipped move or update
+};
+static_assert(offsetof(MoveWorkspace, status) == 2 * sizeof(uint32_t) && sizeof(MoveWorkspace) <= kMoveWorkspaceBytes,
+              "the counters, then the status record, within kMoveWorkspaceBytes");
+
+// `where` starts the messages ("apply_page_moves: " or nothing).
+void check_workspace(const void* workspace, const std::string& where = "") {
+  TREEMLA_CHECK(workspace != nullptr, where << "workspace is null");
+  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(workspace) % alignof(MoveWorkspace) == 0,
+                where << "workspace must be " << alignof(MoveWorkspace) << "-byte aligned, got " << workspace);
+}
 
 struct MoveArgs {
   uint8_t* data;
@@ -95,17 +101,13 @@ struct MoveArgs {
   int32_t unit_bytes;   // bytes one move copies: a page or a row
   int32_t chunks;       // unit_bytes / 16
   int32_t ticket_moves;  // G
-  uint32_t* ws;
+  MoveWorkspace* ws;
 };
 
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-
-__device__ __forceinline__ void record_status(uint32_t* ws, uint32_t kind, uint32_t index) {
-  if (atomicCAS(ws + kStatusKind, 0u, kind) == 0u) atomicExch(ws + kStatusIndex, index);
 }
 
 // Byte offsets of move m's source and destination, or -1 / -1 (skipped) if an index is outside
@@ -127,7 +129,7 @@ __device__ __forceinline__ void decode_move(const MoveArgs& a, int32_t m, int64_
     d = mv.y;
   }
   if (!ok) {
-    record_status(a.ws, kRows ? kBadRowMove : kBadPageMove, static_cast<uint32_t>(m));
+    record_status(&a.ws->status, kRows ? kStatusBadRowMove : kStatusBadPageMove, m, 0, 0);
     *src = *dst = -1;
     return;
   }
@@ -196,8 +198,8 @@ template <bool kRows>
 __global__ void __launch_bounds__(kMoveThreads) ordered_moves_kernel(const MoveArgs a) {
   __shared__ int64_t s_src[kMaxTicketMoves], s_dst[kMaxTicketMoves];
   __shared__ int32_t s_start, s_wave;
-  uint32_t* const ticket = a.ws + kTicket;
-  uint32_t* const published = a.ws + kPublished;
+  uint32_t* const ticket = &a.ws->ticket;
+  uint32_t* const published = &a.ws->published;
   const int tid = threadIdx.x;
   if (tid == 0) s_wave = 0;  // the wave hint; published by the barrier at the loop top
   for (;;) {
@@ -254,7 +256,7 @@ template <bool kRows>
 void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int32_t* wave_offsets,
                           int32_t num_moves, int32_t num_waves, void* workspace, cudaStream_t stream,
                           const char* what) {
-  check_device_cache(cache, "cache");
+  check_device_cache(cache);
   TREEMLA_CHECK(num_moves >= 0, what << ": num_moves must be >= 0, got " << num_moves);
   TREEMLA_CHECK(num_waves >= 0 && num_waves <= num_moves,
                 what << ": num_waves must be in [0, num_moves = " << num_moves << "], got " << num_waves);
@@ -263,7 +265,7 @@ void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int
   if (num_moves == 0) return;
   TREEMLA_CHECK(moves != nullptr, what << ": moves is null");
   TREEMLA_CHECK(wave_offsets != nullptr, what << ": wave_offsets is null");
-  TREEMLA_CHECK(workspace != nullptr, what << ": workspace is null");
+  check_workspace(workspace, std::string(what) + ": ");
   MoveArgs a;
   a.data = static_cast<uint8_t*>(cache.data);
   a.moves = static_cast<const int32_t*>(moves);
@@ -275,7 +277,7 @@ void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int
   a.unit_bytes = static_cast<int32_t>(kRows ? cache.row_bytes() : cache.page_bytes());
   a.chunks = a.unit_bytes / 16;
   a.ticket_moves = static_cast<int32_t>(std::clamp<int64_t>(kTicketBytes / a.unit_bytes, 1, kMaxTicketMoves));
-  a.ws = static_cast<uint32_t*>(workspace);
+  a.ws = static_cast<MoveWorkspace*>(workspace);
   int device = 0, sms = 0, per_sm = 0;
   TREEMLA_CUDA_CHECK(cudaGetDevice(&device));
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -283,7 +285,7 @@ void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int
                                                                    kMoveThreads, 0));
   const int64_t tickets = (int64_t{num_moves} + a.ticket_moves - 1) / a.ticket_moves;
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tickets, int64_t{sms} * std::max(per_sm, 1))));
-  TREEMLA_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, 2 * sizeof(uint32_t), stream));  // kTicket, kPublished
+  TREEMLA_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, offsetof(MoveWorkspace, status), stream));  // the counters
   ordered_moves_kernel<kRows><<<grid, kMoveThreads, 0, stream>>>(a);
   TREEMLA_CHECK_LAUNCH(what);
 }
@@ -300,7 +302,7 @@ struct TableArgs {
   const int32_t* rows;
   const int32_t* offsets;
   const int32_t* pages;
-  uint32_t* ws;
+  DeviceStatus* status;
 };
 
 __global__ void __launch_bounds__(kTableThreads) page_table_update_kernel(const TableArgs a) {
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(kTableThreads) page_table_update_kernel(const 
     bad = pg < 0 || pg >= a.num_pages;
   }
   if (__syncthreads_or(bad)) {
-    if (threadIdx.x == 0) record_status(a.ws, kBadTableUpdate, static_cast<uint32_t>(u));
+    if (threadIdx.x == 0) record_status(a.status, kStatusBadTableUpdate, u, 0, 0);
     return;
   }
   int32_t* dst = a.page_table + int64_t{row} * a.stride;
@@ -338,38 +340,34 @@ void update_page_tables(const PageTableUpdateParams& p, void* workspace, cudaStr
   if (p.num_updates == 0) return;
   TREEMLA_CHECK(p.page_table != nullptr, "page_table is null");
   TREEMLA_CHECK(p.num_rows >= 1, "num_rows must be >= 1, got " << p.num_rows);
-  TREEMLA_CHECK(p.stride >= 1, "stride must be >= 1, got " << p.stride);
-  TREEMLA_CHECK(p.num_pages >= 1, "num_pages must be >= 1, got " << p.num_pages);
+  check_page_table_stride(p.stride, "stride");  // the bounds of paged_cache.h
+  check_num_pages(p.num_pages, "num_pages");
   TREEMLA_CHECK(p.rows != nullptr && p.offsets != nullptr && p.pages != nullptr,
                 "rows, offsets and pages must not be null");
-  TREEMLA_CHECK(workspace != nullptr, "workspace is null");
+  check_workspace(workspace);
   TableArgs a{p.page_table, p.num_rows, p.stride, p.num_pages, p.rows, p.offsets, p.pages,
-              static_cast<uint32_t*>(workspace)};
+              &static_cast<MoveWorkspace*>(workspace)->status};
   page_table_update_kernel<<<p.num_updates, kTableThreads, 0, stream>>>(a);
   TREEMLA_CHECK_LAUNCH("page_table_update_kernel");
 }
 
 void check_move_status(void* workspace, cudaStream_t stream) {
-  TREEMLA_CHECK(workspace != nullptr, "workspace is null");
-  uint32_t st[2] = {0, 0};
-  uint32_t* ws = static_cast<uint32_t*>(workspace);
-  TREEMLA_CUDA_CHECK(cudaMemcpyAsync(st, ws + kStatusKind, sizeof st, cudaMemcpyDeviceToHost, stream));
-  TREEMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (st[0] == kNone) return;
-  TREEMLA_CUDA_CHECK(cudaMemsetAsync(ws + kStatusKind, 0, sizeof st, stream));
-  TREEMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  switch (st[0]) {
-    case kBadPageMove:
-      TREEMLA_FAIL("apply_page_moves skipped moves[" << st[1] << "]: a page index outside [0, num_pages)");
-    case kBadRowMove:
-      TREEMLA_FAIL("apply_row_moves skipped moves[" << st[1]
+  check_workspace(workspace);
+  const DeviceStatus st = take_device_status(&static_cast<MoveWorkspace*>(workspace)->status, stream);
+  switch (st.code) {
+    case kStatusOk:
+      return;
+    case kStatusBadPageMove:
+      TREEMLA_FAIL("apply_page_moves skipped moves[" << st.index << "]: a page index outside [0, num_pages)");
+    case kStatusBadRowMove:
+      TREEMLA_FAIL("apply_row_moves skipped moves[" << st.index
                                                     << "]: a page outside [0, num_pages) or a slot outside [0, page_size)");
-    case kBadTableUpdate:
-      TREEMLA_FAIL("update_page_tables skipped update " << st[1]
+    case kStatusBadTableUpdate:
+      TREEMLA_FAIL("update_page_tables skipped update " << st.index
                                                         << ": row outside [0, num_rows), list longer than stride, "
                                                            "or a page outside [0, num_pages)");
     default:
-      TREEMLA_FAIL("kvpool workspace status word holds unknown kind " << st[0]);
+      TREEMLA_FAIL("kvpool workspace status record holds unknown code " << st.code);
   }
 }
 

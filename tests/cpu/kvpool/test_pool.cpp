@@ -26,11 +26,12 @@ TEST(KvPoolConfig, RejectsBadSizes) {
   expect_bad(make_config(8, 0), "page_size");
   expect_bad(make_config(8, 24), "page_size");
   expect_bad(make_config(8, -16), "page_size");
+  expect_bad(make_config(8, 1 << 17), "page_size = 131072 must be a power of two in [1, 65536]");
   expect_bad(make_config(8, 16, FreePolicy::kAsFreed, 0), "row_width");
   expect_bad(make_config(8, 16, FreePolicy::kAsFreed, 4, 0), "elem_size");
   expect_bad(make_config(8, 16, static_cast<FreePolicy>(7)), "policy");
   const int32_t big = std::numeric_limits<int32_t>::max();
-  expect_bad(make_config(big, 1 << 20, FreePolicy::kSorted, 1 << 20), "overflows");
+  expect_bad(make_config(big, 1 << 16, FreePolicy::kSorted, 1 << 20), "overflows");
   KvPool ok(make_config(3, 1, FreePolicy::kSorted, 576, 2));
   EXPECT_EQ(ok.config().row_bytes(), 1152);
   EXPECT_EQ(ok.config().page_bytes(), 1152);

@@ -153,6 +153,26 @@ TEST(Validate, OnlyThePagesTheCallReadsAreChecked) {
   EXPECT_NO_THROW(cpu::validate(c.params(VerifyPart::kAll)));
 }
 
+// page_table_stride = 0 is valid (paged_cache.h): a request needs pages only for the rows the
+// call reads, so the bound that can fail is the per-request one, which names the request.
+TEST(Validate, PageTableWithoutColumns) {
+  VerifyCase c(base_spec(), 8);
+  VerifyParams p = c.params();
+  p.page_table_stride = 0;
+  expect_rejected(p, {"page_table_stride = 0 is less than the 1 pages request 0 needs"});
+  std::vector<int32_t> no_rows(c.q_indptr.size(), 0);  // every request without tree nodes
+  p.q_indptr = no_rows.data();
+  EXPECT_NO_THROW(cpu::validate(p));
+  // Prefix-only with empty prefixes reads nothing either, whatever the trees.
+  std::vector<int32_t> no_prefix(c.prefix_lens.size(), 0);
+  p = c.params(VerifyPart::kPrefix);
+  p.page_table_stride = 0;
+  p.prefix_lens = no_prefix.data();
+  EXPECT_NO_THROW(cpu::validate(p));
+  p.part = VerifyPart::kTail;
+  expect_rejected(p, {"page_table_stride = 0", "request 0", "part kTail"});
+}
+
 TEST(Validate, AcceptsWideMasksAndEmptyRows) {
   test::CaseSpec s = base_spec();
   s.mask_words = kMaxMaskWords;
