@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "cuda/arch.h"
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/dispatch.h"
 #include "cuda/smxx/kernels.h"

@@ -15,7 +15,7 @@
 #include "common/compare.h"
 #include "common/row_check.h"
 #include "common/verify_case.h"
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/common/verify_kernel_params.h"
 #include "treemla/cuda/verify.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench.h"
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/tool_kernels.h"
 #include "gpu_timing.h"
 #include "treemla/cuda/verify.h"

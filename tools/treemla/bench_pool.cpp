@@ -31,7 +31,7 @@
 #include <chrono>
 #include <random>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "gpu_timing.h"
 #include "treemla/cuda/kvpool.h"
 #include "treemla/kvpool.h"

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 
 namespace treemla::tool {
 

@@ -1,5 +1,5 @@
 // Host side of the device status record (device_status.h): read back, clear, hand to the check.
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/common/device_status.h"
 
 namespace treemla::cuda {

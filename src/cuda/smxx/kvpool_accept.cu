@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "treemla/attention.h"
 #include "treemla/cuda/kvpool.h"
 

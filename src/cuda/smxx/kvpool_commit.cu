@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/smxx/kvpool_common.h"
 #include "treemla/attention.h"
 #include "treemla/cuda/kvpool.h"

@@ -43,7 +43,7 @@
 #include <sstream>
 #include <string>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/common/device_status.h"
 #include "cuda/smxx/kvpool_common.h"
 #include "treemla/cuda/kvpool.h"

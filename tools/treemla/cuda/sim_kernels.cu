@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/tool_kernels.h"
 
 namespace treemla::tool::kernels {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/common/check.h"
+#include "treemla/cuda/check.h"
 #include "cuda/tool_kernels.h"
 #include "sim/backend.h"
 #include "treemla/cuda/kvpool.h"

@@ -1,4 +1,4 @@
-// CUDA error checks for host code: turn a cudaError_t into treemla::Error.
+// CUDA error checks for host code: turn a cudaError_t into treemla::Error (public: engines use them).
 #pragma once
 
 #include <cuda_runtime_api.h>
