@@ -2,7 +2,8 @@
 # Installs what treemla's build and tests need on a Debian/Ubuntu machine, skipping what is
 # already there: a C++20 compiler, CMake >= 3.24, Ninja, GoogleTest, Python 3 with venv (the test
 # command builds the PyTorch binding in a virtual environment; pip comes with it), and the tool's
-# libraries: CLI11 (options), nlohmann/json (JSON output), fmt (formatting).
+# libraries: CLI11 (options), nlohmann/json (JSON output), fmt (formatting); clang-format for
+# the formatting check.
 # The CUDA toolkit (nvcc, CUDA 12.8+ for sm_120) is not installed here: it is found at
 # /usr/local/cuda or on PATH; without it the build is CPU-only, unless TREEMLA_REQUIRE_CUDA=1,
 # which makes a missing nvcc an error (CI sets it: every kernel must compile).
@@ -21,6 +22,7 @@ fi
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 [ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
+command -v clang-format >/dev/null || need+=(clang-format)  # scripts/check-format.sh (CI)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   SUDO=""

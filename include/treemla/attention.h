@@ -25,10 +25,10 @@
 
 namespace treemla {
 
-constexpr int kHeadDimQK = 576;       // 512 latent ("nope") + 64 rope
-constexpr int kHeadDimV = 512;        // V = first 512 columns of the latent row
+constexpr int kHeadDimQK = 576;  // 512 latent ("nope") + 64 rope
+constexpr int kHeadDimV = 512;   // V = first 512 columns of the latent row
 constexpr int kMaxHeads = 128;
-constexpr int kMaxTreeNodes = 1025;   // 1 + B with B <= 1024
+constexpr int kMaxTreeNodes = 1025;                       // 1 + B with B <= 1024
 constexpr int kMaxMaskWords = (kMaxTreeNodes + 63) / 64;  // 17
 constexpr int kMaxPrefixLen = 1 << 20;  // generous bound; design range is 0..262144
 
@@ -41,14 +41,14 @@ struct VerifyParams {
   // Element type of kv_cache as a DType value; -1 (the default) means the same as dtype. Every
   // implementation today requires the two to match; the field is where an 8-bit cache will go.
   int kv_dtype = -1;
-  int batch = 0;               // number of requests, >= 1
-  int num_heads = 0;           // H, 1..128
+  int batch = 0;      // number of requests, >= 1
+  int num_heads = 0;  // H, 1..128
   // The paged cache's geometry; bounds and their one check in paged_cache.h (cache_layout_of).
-  int page_size = 0;           // tokens per page, a power of two in [1, 65536]
-  int num_pages = 0;           // pages in kv_cache, >= 1
-  int page_table_stride = 0;   // int32 entries per page_table row, >= 0
-  int mask_words = 0;          // uint64 words per tree_mask row, >= ceil(max q_len / 64), <= 17
-  float sm_scale = 0.f;        // softmax scale applied to q . k
+  int page_size = 0;          // tokens per page, a power of two in [1, 65536]
+  int num_pages = 0;          // pages in kv_cache, >= 1
+  int page_table_stride = 0;  // int32 entries per page_table row, >= 0
+  int mask_words = 0;         // uint64 words per tree_mask row, >= ceil(max q_len / 64), <= 17
+  float sm_scale = 0.f;       // softmax scale applied to q . k
   VerifyPart part = VerifyPart::kAll;
 
   const void* q = nullptr;               // [total_q, H, 576], dtype
@@ -60,11 +60,14 @@ struct VerifyParams {
 };
 
 // The element type of kv_cache.
-inline DType kv_dtype_of(const VerifyParams& p) { return p.kv_dtype < 0 ? p.dtype : static_cast<DType>(p.kv_dtype); }
+inline DType kv_dtype_of(const VerifyParams& p) {
+  return p.kv_dtype < 0 ? p.dtype : static_cast<DType>(p.kv_dtype);
+}
 
 // The geometry of the paged cache the call reads: rows of kHeadDimQK elements of kv_dtype_of(p).
 inline PagedCacheLayout cache_layout_of(const VerifyParams& p) {
-  return PagedCacheLayout{p.num_pages, p.page_size, kHeadDimQK, dtype_size(kv_dtype_of(p)), p.page_table_stride};
+  return PagedCacheLayout{p.num_pages, p.page_size, kHeadDimQK, dtype_size(kv_dtype_of(p)),
+                          p.page_table_stride};
 }
 
 namespace cpu {

@@ -27,7 +27,7 @@ namespace treemla {
 // log grid from 1K to 256K. A table may use any other grid that passes validate_cost_table.
 constexpr std::array<int32_t, 8> kCostTableBudgets = {0, 15, 31, 63, 127, 255, 511, 1023};
 constexpr std::array<int64_t, 9> kCostTablePrefixLens = {1024,  2048,  4096,   8192,  16384,
-                                                        32768, 65536, 131072, 262144};
+                                                         32768, 65536, 131072, 262144};
 
 // Verify attention time per layer, C_v(n[i], L[j]) = us[i][j] microseconds, for one request of
 // n tree nodes (the root and B = n - 1 draft nodes) over a prefix of L rows, measured for one

@@ -36,17 +36,26 @@ uint16_t float_to_fp16(float f);  // round to nearest even, overflow to inf
 // Reads element i of a buffer of type t as float.
 inline float load_as_float(const void* p, int64_t i, DType t) {
   switch (t) {
-    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFP16: return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFP16:
+      return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
 inline void store_from_float(void* p, int64_t i, DType t, float v) {
   switch (t) {
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
-    case DType::kFP16: static_cast<uint16_t*>(p)[i] = float_to_fp16(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
+      break;
+    case DType::kFP16:
+      static_cast<uint16_t*>(p)[i] = float_to_fp16(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+      break;
   }
 }
 

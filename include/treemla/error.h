@@ -27,13 +27,13 @@ class Error : public std::runtime_error {
 }  // namespace treemla
 
 // TREEMLA_CHECK(cond, a << b << c): throw treemla::Error with the streamed message.
-#define TREEMLA_CHECK(cond, msg)                                                      \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::ostringstream treemla_os_;                                                 \
-      treemla_os_ << msg;                                                             \
-      throw ::treemla::Error(__func__, __FILE__, __LINE__, treemla_os_.str());        \
-    }                                                                                 \
+#define TREEMLA_CHECK(cond, msg)                                               \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::ostringstream treemla_os_;                                          \
+      treemla_os_ << msg;                                                      \
+      throw ::treemla::Error(__func__, __FILE__, __LINE__, treemla_os_.str()); \
+    }                                                                          \
   } while (0)
 
 #define TREEMLA_FAIL(msg) TREEMLA_CHECK(false, msg)

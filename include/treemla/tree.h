@@ -58,7 +58,7 @@ std::vector<int32_t> parents_from_mask(std::span<const uint64_t> mask, int n, in
 struct BatchLayout {
   int batch = 0;
   int total_q = 0;
-  int mask_words = 0;              // shared stride of tree_mask rows
+  int mask_words = 0;                // shared stride of tree_mask rows
   std::vector<int32_t> q_indptr;     // [batch + 1], q_indptr[0] = 0
   std::vector<int32_t> prefix_lens;  // [batch], a copy of the input
   std::vector<int32_t> positions;    // [total_q], prefix_lens[b] + depth
@@ -75,10 +75,10 @@ BatchLayout build_batch_layout(std::span<const std::vector<int32_t>> trees,
 // The drafter's per-depth top-K: row d - 1 (d = 1..num_depths) holds the K best tokens for depth
 // d and their log-probabilities, best first. Row-major [num_depths, top_k].
 struct DraftTopK {
-  int num_depths = 0;                  // D, 1..max_depth
-  int top_k = 0;                       // K >= 1
-  std::span<const int32_t> tokens;     // [D, K], token ids >= 0, distinct within a row
-  std::span<const float> log_probs;    // [D, K], <= 0 (may be -inf), non-increasing along a row
+  int num_depths = 0;                // D, 1..max_depth
+  int top_k = 0;                     // K >= 1
+  std::span<const int32_t> tokens;   // [D, K], token ids >= 0, distinct within a row
+  std::span<const float> log_probs;  // [D, K], <= 0 (may be -inf), non-increasing along a row
 };
 
 struct DDTree {
@@ -151,12 +151,13 @@ struct RowCopy {
 // [new_len, old_len) are dead afterwards and may be released.
 struct CommitPlan {
   int32_t prefix_len = 0;
-  int32_t old_len = 0;             // prefix_len + tree_size, the rows written for verify
-  int32_t new_len = 0;             // prefix_len + accepted.size()
+  int32_t old_len = 0;  // prefix_len + tree_size, the rows written for verify
+  int32_t new_len = 0;  // prefix_len + accepted.size()
   // Copies with src != dst only, in increasing dst. Identity copies (accepted[k] == k: always the
-  // root, and every node of a fully accepted chain) are skipped and counted in num_identity. Applying the copies in this
-  // order in place is safe: accepted indices strictly increase and accepted[k] >= k, so every
-  // later source row prefix_len + accepted[k'] (k' > k) lies above every row written so far.
+  // root, and every node of a fully accepted chain) are skipped and counted in num_identity.
+  // Applying the copies in this order in place is safe: accepted indices strictly increase and
+  // accepted[k] >= k, so every later source row prefix_len + accepted[k'] (k' > k) lies above every
+  // row written so far.
   std::vector<RowCopy> copies;
   int32_t num_identity = 0;
 };

@@ -29,10 +29,11 @@ pybind11::dict point_dict(const BudgetPoint& p) {
 
 void define_budget_python(pybind11::module& m) {
   m.def("pick_budget",
-        [](const std::string& gpu, const std::string& date, const std::string& commit, int32_t heads,
-           int32_t page_size, const std::vector<int32_t>& n, const std::vector<int64_t>& L,
-           const std::vector<std::vector<double>>& us, const std::vector<double>& path_logprobs,
-           int64_t prefix_len, int32_t layers, double fixed_us, double per_node_us, double calibration,
+        [](const std::string& gpu, const std::string& date, const std::string& commit,
+           int32_t heads, int32_t page_size, const std::vector<int32_t>& n,
+           const std::vector<int64_t>& L, const std::vector<std::vector<double>>& us,
+           const std::vector<double>& path_logprobs, int64_t prefix_len, int32_t layers,
+           double fixed_us, double per_node_us, double calibration,
            const std::vector<int32_t>& candidates, bool every_budget, bool report_all) {
           return guarded([&] {
             CostTable table{gpu, date, commit, heads, page_size, n, L, us};

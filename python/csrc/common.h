@@ -18,8 +18,8 @@
 // Python caller. Same mapping to Python ValueError / TypeError / RuntimeError as
 // TORCH_CHECK_VALUE / TORCH_CHECK_TYPE / TORCH_CHECK.
 #define TREEMLA_THROW(kind, ...) throw ::c10::kind(::c10::str(__VA_ARGS__))
-#define TREEMLA_CHECK_KIND(kind, cond, ...)                  \
-  do {                                                       \
+#define TREEMLA_CHECK_KIND(kind, cond, ...)                      \
+  do {                                                           \
     if (C10_UNLIKELY(!(cond))) TREEMLA_THROW(kind, __VA_ARGS__); \
   } while (0)
 #define TREEMLA_CHECK_VALUE(cond, ...) TREEMLA_CHECK_KIND(ValueError, cond, __VA_ARGS__)
@@ -61,8 +61,8 @@ DType to_dtype(at::ScalarType t);
 // library: on the CPU before computing, on the GPU by the schedule kernel (check_status).
 VerifyParams verify_params(const at::Tensor& q, const at::Tensor& kv_cache,
                            const at::Tensor& page_table, const at::Tensor& prefix_lens,
-                           const at::Tensor& q_indptr, const at::Tensor& tree_mask,
-                           double sm_scale, int64_t part, bool allow_fp32);
+                           const at::Tensor& q_indptr, const at::Tensor& tree_mask, double sm_scale,
+                           int64_t part, bool allow_fp32);
 
 // Checks o / lse given for q ([total_q, H, 576]): o [total_q, H, 512] q.dtype, lse [total_q, H]
 // fp32, both contiguous and on q's device.

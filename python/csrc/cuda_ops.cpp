@@ -33,14 +33,14 @@ namespace {
 // that their schemas stay as they were when only the tile could be chosen.
 cuda::TileConfig to_tile(int64_t config) {
   const int64_t tile = config & 15;
-  TREEMLA_CHECK_VALUE(config >= 0 && tile <= 2, "tile must be 0 (auto), 1 (smem99k) or 2 (smem-large), got ",
-                    tile);
+  TREEMLA_CHECK_VALUE(config >= 0 && tile <= 2,
+                      "tile must be 0 (auto), 1 (smem99k) or 2 (smem-large), got ", tile);
   return static_cast<cuda::TileConfig>(tile);
 }
 cuda::KernelFamily to_family(int64_t config) {
   const int64_t family = config >> 4;
-  TREEMLA_CHECK_VALUE(family >= 0 && family <= 2, "family must be 0 (auto), 1 (cpasync) or 2 (cluster), got ",
-                    family);
+  TREEMLA_CHECK_VALUE(family >= 0 && family <= 2,
+                      "family must be 0 (auto), 1 (cpasync) or 2 (cluster), got ", family);
   return static_cast<cuda::KernelFamily>(family);
 }
 
@@ -55,11 +55,12 @@ cuda::VerifyPlan cached_plan(int device, int64_t max_batch, int64_t max_total_q,
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
-  TREEMLA_CHECK_VALUE(max_batch >= 1 && max_batch <= (1 << 20), "max_batch must be in [1, 2^20], got ", max_batch);
-  TREEMLA_CHECK_VALUE(max_total_q >= 1 && max_total_q < (int64_t{1} << 31), "max_total_q must be in [1, 2^31), got ",
-                    max_total_q);
-  TREEMLA_CHECK_VALUE(num_heads >= 1 && num_heads <= kMaxHeads, "num_heads must be in [1, ", kMaxHeads, "], got ",
-                    num_heads);
+  TREEMLA_CHECK_VALUE(max_batch >= 1 && max_batch <= (1 << 20),
+                      "max_batch must be in [1, 2^20], got ", max_batch);
+  TREEMLA_CHECK_VALUE(max_total_q >= 1 && max_total_q < (int64_t{1} << 31),
+                      "max_total_q must be in [1, 2^31), got ", max_total_q);
+  TREEMLA_CHECK_VALUE(num_heads >= 1 && num_heads <= kMaxHeads, "num_heads must be in [1, ",
+                      kMaxHeads, "], got ", num_heads);
   cuda::VerifyLimits lim;
   lim.max_batch = static_cast<int>(max_batch);
   lim.max_total_q = max_total_q;
@@ -70,26 +71,27 @@ cuda::VerifyPlan cached_plan(int device, int64_t max_batch, int64_t max_total_q,
   return plan;
 }
 
-
 void check_workspace(const at::Tensor& ws, const at::Tensor& q, const cuda::VerifyPlan& plan) {
   check_dtype(ws, "workspace", {at::kByte});
   check_same_device(ws, "workspace", q, "q");
   check_contiguous(ws, "workspace");
-  TREEMLA_CHECK_VALUE(ws.numel() >= static_cast<int64_t>(plan.workspace_bytes), "workspace must hold at least ",
-                    plan.workspace_bytes, " bytes (plan.workspace_bytes for max_batch = ", plan.limits.max_batch,
-                    ", num_heads = ", plan.limits.num_heads, "), got ", ws.numel());
+  TREEMLA_CHECK_VALUE(ws.numel() >= static_cast<int64_t>(plan.workspace_bytes),
+                      "workspace must hold at least ", plan.workspace_bytes,
+                      " bytes (plan.workspace_bytes for max_batch = ", plan.limits.max_batch,
+                      ", num_heads = ", plan.limits.num_heads, "), got ", ws.numel());
 }
 
-void verify_cuda_into(VerifyParams p, const at::Tensor& q, const at::Tensor& o, const at::Tensor& lse,
-                      int64_t max_batch, int64_t max_total_q, int64_t tile,
+void verify_cuda_into(VerifyParams p, const at::Tensor& q, const at::Tensor& o,
+                      const at::Tensor& lse, int64_t max_batch, int64_t max_total_q, int64_t tile,
                       const std::optional<at::Tensor>& workspace) {
   if (q.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(q.device());
   const int device = q.get_device();
   cuda::VerifyPlan plan = cached_plan(device, max_batch > 0 ? max_batch : p.batch,
                                       max_total_q > 0 ? max_total_q : q.size(0), p.num_heads, tile);
-  TREEMLA_CHECK_VALUE(p.batch <= plan.limits.max_batch, "batch = ", p.batch, " (prefix_lens.shape[0]) exceeds the plan's max_batch = ",
-                    plan.limits.max_batch);
+  TREEMLA_CHECK_VALUE(
+      p.batch <= plan.limits.max_batch, "batch = ", p.batch,
+      " (prefix_lens.shape[0]) exceeds the plan's max_batch = ", plan.limits.max_batch);
   // The device-side check bounds q_indptr[batch] by the plan's max_total_q; never let that bound
   // exceed the rows this call's tensors have, so bad lengths cannot reach past q, out or lse.
   plan.limits.max_total_q = std::min<int64_t>(plan.limits.max_total_q, q.size(0));
@@ -138,12 +140,12 @@ void merge_cuda_into(const at::Tensor& v_a, const at::Tensor& s_a, const at::Ten
   const c10::cuda::CUDAGuard guard(v_a.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(v_a.get_device()).stream();
   guarded([&] {
-    cuda::merge_state(to_dtype(v_a.scalar_type()), v_a.data_ptr(), s_a.data_ptr<float>(), v_b.data_ptr(),
-                      s_b.data_ptr<float>(), v.data_ptr(), s.data_ptr<float>(), v_a.size(0),
-                      static_cast<int>(v_a.size(1)), static_cast<int>(v_a.size(2)), stream);
+    cuda::merge_state(to_dtype(v_a.scalar_type()), v_a.data_ptr(), s_a.data_ptr<float>(),
+                      v_b.data_ptr(), s_b.data_ptr<float>(), v.data_ptr(), s.data_ptr<float>(),
+                      v_a.size(0), static_cast<int>(v_a.size(1)), static_cast<int>(v_a.size(2)),
+                      stream);
   });
 }
-
 
 pybind11::dict plan_dict(const cuda::VerifyPlan& plan) {
   pybind11::dict d;
@@ -166,13 +168,16 @@ pybind11::dict plan_dict(const cuda::VerifyPlan& plan) {
 void define_cuda_python(pybind11::module& m) {
   m.def("with_cuda", [] { return true; });
   m.def("compiled_architectures", [] { return cuda::compiled_architectures(); });
-  m.def("plan_verify", [](int64_t max_batch, int64_t max_total_q, int64_t num_heads, int64_t device, int64_t tile) {
-    const cuda::VerifyPlan plan = cached_plan(static_cast<int>(device), max_batch, max_total_q, num_heads, tile);
+  m.def("plan_verify", [](int64_t max_batch, int64_t max_total_q, int64_t num_heads, int64_t device,
+                          int64_t tile) {
+    const cuda::VerifyPlan plan =
+        cached_plan(static_cast<int>(device), max_batch, max_total_q, num_heads, tile);
     return plan_dict(plan);
   });
-  m.def("check_status", [](const at::Tensor& workspace, int64_t max_batch, int64_t max_total_q, int64_t num_heads,
-                           int64_t tile) {
-    TREEMLA_CHECK_VALUE(workspace.is_cuda(), "workspace must be a CUDA tensor, got one on ", workspace.device().str());
+  m.def("check_status", [](const at::Tensor& workspace, int64_t max_batch, int64_t max_total_q,
+                           int64_t num_heads, int64_t tile) {
+    TREEMLA_CHECK_VALUE(workspace.is_cuda(), "workspace must be a CUDA tensor, got one on ",
+                        workspace.device().str());
     const c10::cuda::CUDAGuard guard(workspace.device());
     const int device = workspace.get_device();
     const cuda::VerifyPlan plan = cached_plan(device, max_batch, max_total_q, num_heads, tile);
@@ -187,20 +192,23 @@ void define_cuda_python(pybind11::module& m) {
 namespace {
 
 [[noreturn]] void no_cuda() {
-  TREEMLA_THROW(Error,
-                  "treemla was built without CUDA (torch had no CUDA or nvcc was not found when it "
-                  "was built); rebuild with a CUDA torch and nvcc: pip install --no-build-isolation ./python");
+  TREEMLA_THROW(
+      Error,
+      "treemla was built without CUDA (torch had no CUDA or nvcc was not found when it "
+      "was built); rebuild with a CUDA torch and nvcc: pip install --no-build-isolation ./python");
 }
 
-std::tuple<at::Tensor, at::Tensor> verify_attention_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
+std::tuple<at::Tensor, at::Tensor> verify_attention_cuda(const at::Tensor&, const at::Tensor&,
+                                                         const at::Tensor&, const at::Tensor&,
+                                                         const at::Tensor&, const at::Tensor&,
                                                          double, int64_t, int64_t, int64_t, int64_t,
                                                          const std::optional<at::Tensor>&) {
   no_cuda();
 }
-void verify_attention_out_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                               const at::Tensor&, const at::Tensor&, double, int64_t, int64_t, int64_t, int64_t,
-                               const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&) {
+void verify_attention_out_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+                               int64_t, int64_t, int64_t, int64_t, const at::Tensor&,
+                               const at::Tensor&, const std::optional<at::Tensor>&) {
   no_cuda();
 }
 void merge_cuda_into(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -213,7 +221,8 @@ void merge_cuda_into(const at::Tensor&, const at::Tensor&, const at::Tensor&, co
 void define_cuda_python(pybind11::module& m) {
   m.def("with_cuda", [] { return false; });
   m.def("compiled_architectures", [] { return std::string(); });
-  m.def("plan_verify", [](int64_t, int64_t, int64_t, int64_t, int64_t) -> pybind11::dict { no_cuda(); });
+  m.def("plan_verify",
+        [](int64_t, int64_t, int64_t, int64_t, int64_t) -> pybind11::dict { no_cuda(); });
   m.def("check_status", [](const at::Tensor&, int64_t, int64_t, int64_t, int64_t) { no_cuda(); });
 }
 
@@ -225,5 +234,6 @@ TORCH_LIBRARY_IMPL(treemla, CUDA, m) {
   m.impl("verify_attention", &treemla::binding::verify_attention_cuda);
   m.impl("verify_attention_out", &treemla::binding::verify_attention_out_cuda);
   m.impl("merge_state", &treemla::binding::merge_state_with<treemla::binding::merge_cuda_into>);
-  m.impl("merge_state_out", &treemla::binding::merge_state_out_with<treemla::binding::merge_cuda_into>);
+  m.impl("merge_state_out",
+         &treemla::binding::merge_state_out_with<treemla::binding::merge_cuda_into>);
 }

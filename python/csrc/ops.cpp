@@ -30,7 +30,7 @@ void verify_cpu_into(VerifyParams p, const at::Tensor& q, const at::Tensor& page
   p.page_table_stride = static_cast<int>(table.size(1));
   const int64_t total = p.q_indptr[p.batch];
   TREEMLA_CHECK_VALUE(total >= 0 && total <= q.size(0), "q_indptr[batch] = q_indptr[", p.batch,
-                    "] = ", total, " must be in [0, total_q = q.shape[0] = ", q.size(0), "]");
+                      "] = ", total, " must be in [0, total_q = q.shape[0] = ", q.size(0), "]");
   guarded([&] { cpu::validate(p); });
   if (total == 0) return;
   const int64_t heads = p.num_heads;
@@ -59,9 +59,9 @@ std::tuple<at::Tensor, at::Tensor> verify_attention_cpu(
 void verify_attention_out_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
                               const at::Tensor& page_table, const at::Tensor& prefix_lens,
                               const at::Tensor& q_indptr, const at::Tensor& tree_mask,
-                              double sm_scale, int64_t part, int64_t max_batch,
-                              int64_t max_total_q, int64_t tile, const at::Tensor& out,
-                              const at::Tensor& lse, const std::optional<at::Tensor>& workspace) {
+                              double sm_scale, int64_t part, int64_t max_batch, int64_t max_total_q,
+                              int64_t tile, const at::Tensor& out, const at::Tensor& lse,
+                              const std::optional<at::Tensor>& workspace) {
   const VerifyParams p = verify_params(q, kv_cache, page_table, prefix_lens, q_indptr, tree_mask,
                                        sm_scale, part, /*allow_fp32=*/true);
   check_verify_outputs(q, out, lse);
@@ -81,7 +81,6 @@ void merge_cpu_into(const at::Tensor& v_a, const at::Tensor& s_a, const at::Tens
   });
   if (!fp32) v.copy_(vf);
 }
-
 
 }  // namespace
 
@@ -111,7 +110,8 @@ TORCH_LIBRARY_IMPL(treemla, CPU, m) {
   m.impl("verify_attention", &treemla::binding::verify_attention_cpu);
   m.impl("verify_attention_out", &treemla::binding::verify_attention_out_cpu);
   m.impl("merge_state", &treemla::binding::merge_state_with<treemla::binding::merge_cpu_into>);
-  m.impl("merge_state_out", &treemla::binding::merge_state_out_with<treemla::binding::merge_cpu_into>);
+  m.impl("merge_state_out",
+         &treemla::binding::merge_state_out_with<treemla::binding::merge_cpu_into>);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

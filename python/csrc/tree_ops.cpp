@@ -40,11 +40,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> build_ddtree_op(const at::Tensor&
   check_cpu(topk_logprobs, "topk_logprobs");
   check_dtype(topk_tokens, "topk_tokens", {at::kInt});
   check_dtype(topk_logprobs, "topk_logprobs", {at::kFloat});
-  TREEMLA_CHECK_VALUE(topk_tokens.dim() == 2 && topk_tokens.size(0) >= 1 && topk_tokens.size(1) >= 1,
-                    "topk_tokens must have shape [D, K] with D, K >= 1, got ", shape_str(topk_tokens));
+  TREEMLA_CHECK_VALUE(
+      topk_tokens.dim() == 2 && topk_tokens.size(0) >= 1 && topk_tokens.size(1) >= 1,
+      "topk_tokens must have shape [D, K] with D, K >= 1, got ", shape_str(topk_tokens));
   TREEMLA_CHECK_VALUE(topk_logprobs.sizes() == topk_tokens.sizes(),
-                    "topk_logprobs must have topk_tokens' shape ", shape_str(topk_tokens), ", got ",
-                    shape_str(topk_logprobs));
+                      "topk_logprobs must have topk_tokens' shape ", shape_str(topk_tokens),
+                      ", got ", shape_str(topk_logprobs));
   check_contiguous(topk_tokens, "topk_tokens");
   check_contiguous(topk_logprobs, "topk_logprobs");
   tree::DraftTopK draft;
@@ -53,8 +54,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> build_ddtree_op(const at::Tensor&
   draft.tokens = {topk_tokens.data_ptr<int32_t>(), static_cast<size_t>(topk_tokens.numel())};
   draft.log_probs = {topk_logprobs.data_ptr<float>(), static_cast<size_t>(topk_logprobs.numel())};
   const tree::DDTree t = guarded([&] {
-    return tree::build_ddtree(draft, to_int32(bonus_token, "bonus_token"), to_int32(budget, "budget"),
-                              to_int32(max_depth, "max_depth"));
+    return tree::build_ddtree(draft, to_int32(bonus_token, "bonus_token"),
+                              to_int32(budget, "budget"), to_int32(max_depth, "max_depth"));
   });
   return {to_tensor(t.parents), to_tensor(t.tokens), to_tensor(t.depths)};
 }
@@ -65,20 +66,22 @@ at::Tensor tree_mask_op(const at::Tensor& parents, int64_t mask_words) {
   guarded([&] { tree::validate_parents(par); });
   const int64_t words = mask_words == 0 ? tree::mask_words_for(static_cast<int>(n)) : mask_words;
   TREEMLA_CHECK_VALUE(words >= tree::mask_words_for(static_cast<int>(n)) && words <= kMaxMaskWords,
-                    "mask_words = ", mask_words, " must be 0 (tight) or in [ceil(n / 64) = ",
-                    tree::mask_words_for(static_cast<int>(n)), ", ", kMaxMaskWords, "] for n = ", n);
+                      "mask_words = ", mask_words, " must be 0 (tight) or in [ceil(n / 64) = ",
+                      tree::mask_words_for(static_cast<int>(n)), ", ", kMaxMaskWords,
+                      "] for n = ", n);
   at::Tensor out = at::empty({n, words}, at::dtype(at::kLong));
   guarded([&] {
-    tree::write_ancestor_mask(par, static_cast<int>(words),
-                              {reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>()),
-                               static_cast<size_t>(n * words)});
+    tree::write_ancestor_mask(
+        par, static_cast<int>(words),
+        {reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>()), static_cast<size_t>(n * words)});
   });
   return out;
 }
 
 at::Tensor positions_op(const at::Tensor& parents, int64_t prefix_len) {
   const auto par = int_span(parents, "parents");
-  return to_tensor(guarded([&] { return tree::compute_positions(par, to_int32(prefix_len, "prefix_len")); }));
+  return to_tensor(
+      guarded([&] { return tree::compute_positions(par, to_int32(prefix_len, "prefix_len")); }));
 }
 
 at::Tensor depths_op(const at::Tensor& parents) {
@@ -90,7 +93,7 @@ at::Tensor parents_from_mask_op(const at::Tensor& tree_mask) {
   check_cpu(tree_mask, "tree_mask");
   check_dtype(tree_mask, "tree_mask", {at::kLong, at::kUInt64});
   TREEMLA_CHECK_VALUE(tree_mask.dim() == 2 && tree_mask.size(0) >= 1 && tree_mask.size(1) >= 1,
-                    "tree_mask must have shape [n, mask_words], got ", shape_str(tree_mask));
+                      "tree_mask must have shape [n, mask_words], got ", shape_str(tree_mask));
   check_contiguous(tree_mask, "tree_mask");
   const auto* words = static_cast<const uint64_t*>(tree_mask.data_ptr());
   return to_tensor(guarded([&] {
@@ -113,18 +116,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_layout_op(at::TensorList pa
   }
   const auto lens = int_span(prefix_lens, "prefix_lens");
   TREEMLA_CHECK_VALUE(lens.size() == trees.size(), "prefix_lens must have shape [batch] = [",
-                    trees.size(), "] (one per tree), got ", shape_str(prefix_lens));
-  const tree::BatchLayout l = guarded([&] {
-    return tree::build_batch_layout(trees, lens, to_int32(mask_words, "mask_words"));
-  });
+                      trees.size(), "] (one per tree), got ", shape_str(prefix_lens));
+  const tree::BatchLayout l = guarded(
+      [&] { return tree::build_batch_layout(trees, lens, to_int32(mask_words, "mask_words")); });
   at::Tensor mask = at::empty({l.total_q, l.mask_words}, at::dtype(at::kLong));
   if (!l.tree_mask.empty()) {
-    std::memcpy(mask.data_ptr<int64_t>(), l.tree_mask.data(), l.tree_mask.size() * sizeof(uint64_t));
+    std::memcpy(mask.data_ptr<int64_t>(), l.tree_mask.data(),
+                l.tree_mask.size() * sizeof(uint64_t));
   }
   return {mask, to_tensor(l.q_indptr), to_tensor(l.positions)};
 }
 
-std::tuple<at::Tensor, int64_t> accept_path_op(const at::Tensor& parents, const at::Tensor& node_tokens,
+std::tuple<at::Tensor, int64_t> accept_path_op(const at::Tensor& parents,
+                                               const at::Tensor& node_tokens,
                                                const at::Tensor& target_tokens) {
   const auto par = int_span(parents, "parents");
   const auto nt = int_span(node_tokens, "node_tokens");
@@ -133,12 +137,12 @@ std::tuple<at::Tensor, int64_t> accept_path_op(const at::Tensor& parents, const 
   return {to_tensor(a.nodes), static_cast<int64_t>(a.bonus_token)};
 }
 
-at::Tensor plan_commit_op(const at::Tensor& parents, const at::Tensor& accepted, int64_t prefix_len) {
+at::Tensor plan_commit_op(const at::Tensor& parents, const at::Tensor& accepted,
+                          int64_t prefix_len) {
   const auto par = int_span(parents, "parents");
   const auto acc = int_span(accepted, "accepted");
-  const tree::CommitPlan plan = guarded([&] {
-    return tree::plan_commit(par, acc, to_int32(prefix_len, "prefix_len"));
-  });
+  const tree::CommitPlan plan =
+      guarded([&] { return tree::plan_commit(par, acc, to_int32(prefix_len, "prefix_len")); });
   at::Tensor out = at::empty({static_cast<int64_t>(plan.copies.size()), 2}, at::dtype(at::kInt));
   auto* o = out.data_ptr<int32_t>();
   for (size_t k = 0; k < plan.copies.size(); ++k) {
@@ -152,17 +156,21 @@ at::Tensor plan_commit_op(const at::Tensor& parents, const at::Tensor& accepted,
 
 void define_tree_ops(torch::Library& m) {
   const auto key = c10::DispatchKey::CompositeExplicitAutograd;
-  m.def("build_ddtree(Tensor topk_tokens, Tensor topk_logprobs, int bonus_token, int budget, "
-        "int max_depth=15) -> (Tensor, Tensor, Tensor)",
-        torch::dispatch(key, &build_ddtree_op));
+  m.def(
+      "build_ddtree(Tensor topk_tokens, Tensor topk_logprobs, int bonus_token, int budget, "
+      "int max_depth=15) -> (Tensor, Tensor, Tensor)",
+      torch::dispatch(key, &build_ddtree_op));
   m.def("tree_mask_from_parents(Tensor parents, int mask_words=0) -> Tensor",
         torch::dispatch(key, &tree_mask_op));
   m.def("positions_from_parents(Tensor parents, int prefix_len) -> Tensor",
         torch::dispatch(key, &positions_op));
   m.def("depths_from_parents(Tensor parents) -> Tensor", torch::dispatch(key, &depths_op));
-  m.def("parents_from_mask(Tensor tree_mask) -> Tensor", torch::dispatch(key, &parents_from_mask_op));
-  m.def("batch_layout(Tensor[] parents, Tensor prefix_lens, int mask_words=0) -> (Tensor, Tensor, Tensor)",
-        torch::dispatch(key, &batch_layout_op));
+  m.def("parents_from_mask(Tensor tree_mask) -> Tensor",
+        torch::dispatch(key, &parents_from_mask_op));
+  m.def(
+      "batch_layout(Tensor[] parents, Tensor prefix_lens, int mask_words=0) -> (Tensor, Tensor, "
+      "Tensor)",
+      torch::dispatch(key, &batch_layout_op));
   m.def("accept_path(Tensor parents, Tensor node_tokens, Tensor target_tokens) -> (Tensor, int)",
         torch::dispatch(key, &accept_path_op));
   m.def("plan_commit(Tensor parents, Tensor accepted, int prefix_len) -> Tensor",

@@ -9,15 +9,17 @@
 
 namespace treemla::cpu {
 
-void merge_state(const float* v_a, const float* s_a, const float* v_b, const float* s_b, float* v, float* s,
-                 int64_t tokens, int heads, int dim) {
+void merge_state(const float* v_a, const float* s_a, const float* v_b, const float* s_b, float* v,
+                 float* s, int64_t tokens, int heads, int dim) {
   TREEMLA_CHECK(tokens >= 0, "tokens = " << tokens << " must be >= 0");
   TREEMLA_CHECK(heads >= 0, "heads = " << heads << " must be >= 0");
   TREEMLA_CHECK(dim >= 0, "dim = " << dim << " must be >= 0");
   const int64_t n = tokens * heads;
   if (n == 0) return;
-  TREEMLA_CHECK(s_a != nullptr && s_b != nullptr && s != nullptr, "s_a, s_b and s must not be null");
-  TREEMLA_CHECK(dim == 0 || (v_a != nullptr && v_b != nullptr && v != nullptr), "v_a, v_b and v must not be null");
+  TREEMLA_CHECK(s_a != nullptr && s_b != nullptr && s != nullptr,
+                "s_a, s_b and s must not be null");
+  TREEMLA_CHECK(dim == 0 || (v_a != nullptr && v_b != nullptr && v != nullptr),
+                "v_a, v_b and v must not be null");
   for (int64_t k = 0; k < n; ++k) {
     // Both LSEs are read before s[k] is written: s may alias s_a or s_b.
     const double sa = s_a[k], sb = s_b[k];

@@ -11,9 +11,12 @@ namespace {
 
 const char* part_name(VerifyPart part) {
   switch (part) {
-    case VerifyPart::kAll: return "kAll";
-    case VerifyPart::kPrefix: return "kPrefix";
-    case VerifyPart::kTail: return "kTail";
+    case VerifyPart::kAll:
+      return "kAll";
+    case VerifyPart::kPrefix:
+      return "kPrefix";
+    case VerifyPart::kTail:
+      return "kTail";
   }
   return "?";
 }
@@ -44,8 +47,9 @@ void validate(const VerifyParams& p) {
                 "kv_dtype = " << p.kv_dtype << " must be -1 (same as dtype) or equal dtype = " << dt
                               << "; a KV cache of another type is not supported yet");
   const int part = static_cast<int>(p.part);
-  TREEMLA_CHECK(p.part == VerifyPart::kAll || p.part == VerifyPart::kPrefix || p.part == VerifyPart::kTail,
-                "part = " << part << " is not one of kAll, kPrefix, kTail");
+  TREEMLA_CHECK(
+      p.part == VerifyPart::kAll || p.part == VerifyPart::kPrefix || p.part == VerifyPart::kTail,
+      "part = " << part << " is not one of kAll, kPrefix, kTail");
   TREEMLA_CHECK(std::isfinite(p.sm_scale) && p.sm_scale > 0.f,
                 "sm_scale = " << p.sm_scale << " must be finite and > 0");
   TREEMLA_CHECK(p.kv_cache != nullptr, "kv_cache is null");
@@ -61,22 +65,25 @@ void validate(const VerifyParams& p) {
   int max_q = 0, max_q_request = 0;
   for (int b = 0; b < p.batch; ++b) {
     const int32_t lo = p.q_indptr[b], hi = p.q_indptr[b + 1];
-    TREEMLA_CHECK(hi >= lo, "q_indptr[" << b + 1 << "] = " << hi << " is less than q_indptr[" << b << "] = " << lo
-                                        << " (q_indptr must be non-decreasing)");
+    TREEMLA_CHECK(hi >= lo, "q_indptr[" << b + 1 << "] = " << hi << " is less than q_indptr[" << b
+                                        << "] = " << lo << " (q_indptr must be non-decreasing)");
     const int64_t q_len = static_cast<int64_t>(hi) - lo;
-    TREEMLA_CHECK(q_len <= kMaxTreeNodes, "q_len of request " << b << " = q_indptr[" << b + 1 << "] - q_indptr["
-                                                              << b << "] = " << q_len << " exceeds kMaxTreeNodes = "
-                                                              << kMaxTreeNodes);
+    TREEMLA_CHECK(q_len <= kMaxTreeNodes, "q_len of request "
+                                              << b << " = q_indptr[" << b + 1 << "] - q_indptr["
+                                              << b << "] = " << q_len
+                                              << " exceeds kMaxTreeNodes = " << kMaxTreeNodes);
     const int32_t prefix = p.prefix_lens[b];
-    TREEMLA_CHECK(prefix >= 0 && prefix <= kMaxPrefixLen,
-                  "prefix_lens[" << b << "] = " << prefix << " is out of range [0, " << kMaxPrefixLen << "]");
+    TREEMLA_CHECK(prefix >= 0 && prefix <= kMaxPrefixLen, "prefix_lens[" << b << "] = " << prefix
+                                                                         << " is out of range [0, "
+                                                                         << kMaxPrefixLen << "]");
     if (q_len > max_q) {
       max_q = static_cast<int>(q_len);
       max_q_request = b;
     }
   }
   TREEMLA_CHECK(static_cast<int64_t>(p.mask_words) * 64 >= max_q,
-                "mask_words = " << p.mask_words << " is less than ceil(max q_len / 64) = " << (max_q + 63) / 64
+                "mask_words = " << p.mask_words
+                                << " is less than ceil(max q_len / 64) = " << (max_q + 63) / 64
                                 << " (request " << max_q_request << " has q_len " << max_q << ")");
 
   for (int b = 0; b < p.batch; ++b) {
@@ -87,15 +94,15 @@ void validate(const VerifyParams& p) {
       const int64_t first_page = lo / p.page_size, pages = (hi + p.page_size - 1) / p.page_size;
       TREEMLA_CHECK(pages <= p.page_table_stride,
                     "page_table_stride = " << p.page_table_stride << " is less than the " << pages
-                                           << " pages request " << b << " needs (logical rows " << lo << ".."
-                                           << hi - 1 << " with page_size " << p.page_size << ", part "
-                                           << part_name(p.part) << ")");
+                                           << " pages request " << b << " needs (logical rows "
+                                           << lo << ".." << hi - 1 << " with page_size "
+                                           << p.page_size << ", part " << part_name(p.part) << ")");
       const int32_t* row = p.page_table + static_cast<int64_t>(b) * p.page_table_stride;
       for (int64_t j = first_page; j < pages; ++j) {
         TREEMLA_CHECK(row[j] >= 0 && row[j] < p.num_pages,
-                      "page_table[" << b << "][" << j << "] = " << row[j] << " is out of range [0, " << p.num_pages
-                                    << ") (request " << b << " reads logical rows " << lo << ".." << hi - 1
-                                    << ")");
+                      "page_table[" << b << "][" << j << "] = " << row[j] << " is out of range [0, "
+                                    << p.num_pages << ") (request " << b << " reads logical rows "
+                                    << lo << ".." << hi - 1 << ")");
       }
     }
     // Bits at or past q_len would name a node of another request (or none); reject them even
@@ -103,14 +110,16 @@ void validate(const VerifyParams& p) {
     for (int64_t i = 0; i < q_len; ++i) {
       const uint64_t* m = p.tree_mask + (q0 + i) * p.mask_words;
       for (int w = 0; w < p.mask_words; ++w) {
-        const int64_t first_bad = q_len - static_cast<int64_t>(w) * 64;  // first invalid bit in word w
+        const int64_t first_bad =
+            q_len - static_cast<int64_t>(w) * 64;  // first invalid bit in word w
         if (first_bad >= 64) continue;
         const uint64_t bad = first_bad <= 0 ? m[w] : m[w] & (~uint64_t{0} << first_bad);
         if (bad == 0) continue;
         int bit = 0;
         while (((bad >> bit) & 1u) == 0) ++bit;
-        TREEMLA_FAIL("tree_mask row " << q0 + i << " (request " << b << ", node " << i << ") has bit "
-                                      << w * 64 + bit << " set; bits must be < the request's q_len = " << q_len);
+        TREEMLA_FAIL("tree_mask row " << q0 + i << " (request " << b << ", node " << i
+                                      << ") has bit " << w * 64 + bit
+                                      << " set; bits must be < the request's q_len = " << q_len);
       }
     }
   }

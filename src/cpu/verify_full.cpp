@@ -52,14 +52,16 @@ void verify_full(const VerifyParams& p, float* o, float* lse) {
   const bool see_prefix = p.part != VerifyPart::kTail;
   const bool see_tail = p.part != VerifyPart::kPrefix;
 
-  std::vector<uint8_t> visible;  // [n_kv, q_len]: visible[t * q_len + i] = node i sees logical row t
+  std::vector<uint8_t>
+      visible;  // [n_kv, q_len]: visible[t * q_len + i] = node i sees logical row t
   std::vector<double> q, key, weights, row_max, sum, acc;
   for (int b = 0; b < p.batch; ++b) {
     const int64_t q0 = p.q_indptr[b];
     const int q_len = p.q_indptr[b + 1] - p.q_indptr[b];
     const int64_t prefix = p.prefix_lens[b];
     if (q_len == 0) continue;
-    const int64_t n_kv = prefix + q_len;  // logical rows: the prefix, then tail node j at prefix + j
+    const int64_t n_kv =
+        prefix + q_len;  // logical rows: the prefix, then tail node j at prefix + j
     const int64_t rows = static_cast<int64_t>(q_len) * H;  // (node, head) row r = node * H + head
 
     // The full visibility matrix: node i sees the whole prefix and the tail nodes of its mask row.
@@ -71,7 +73,9 @@ void verify_full(const VerifyParams& p, float* o, float* lse) {
         const bool sees = t < prefix ? see_prefix : see_tail && ((mask[j / 64] >> (j % 64)) & 1u);
         visible[static_cast<size_t>(t * q_len + i)] = sees;
       }
-    auto sees = [&](int64_t t, int64_t r) { return visible[static_cast<size_t>(t * q_len + r / H)] != 0; };
+    auto sees = [&](int64_t t, int64_t r) {
+      return visible[static_cast<size_t>(t * q_len + r / H)] != 0;
+    };
     auto anyone_sees = [&](int64_t t) {
       for (int i = 0; i < q_len; ++i)
         if (visible[static_cast<size_t>(t * q_len + i)]) return true;
@@ -80,7 +84,8 @@ void verify_full(const VerifyParams& p, float* o, float* lse) {
     // Decodes the first n columns of logical row t into key; only rows someone sees are ever read
     // (a part must not touch the other part's pages).
     auto load_key = [&](int64_t t, int n) {
-      const int64_t page = p.page_table[static_cast<int64_t>(b) * p.page_table_stride + t / p.page_size];
+      const int64_t page =
+          p.page_table[static_cast<int64_t>(b) * p.page_table_stride + t / p.page_size];
       const int64_t first = (page * p.page_size + t % p.page_size) * kHeadDimQK;
       for (int c = 0; c < n; ++c) key[c] = element(p.kv_cache, first + c, p.dtype);
     };
@@ -98,18 +103,20 @@ void verify_full(const VerifyParams& p, float* o, float* lse) {
       for (int64_t r = 0; r < rows; ++r) {
         if (!sees(t, r)) continue;
         double dot = 0.0;
-        for (int c = 0; c < kHeadDimQK; ++c) dot += q[static_cast<size_t>(r * kHeadDimQK + c)] * key[c];
+        for (int c = 0; c < kHeadDimQK; ++c)
+          dot += q[static_cast<size_t>(r * kHeadDimQK + c)] * key[c];
         weights[static_cast<size_t>(t * rows + r)] = p.sm_scale * dot;
       }
     }
 
-    // Softmax per row over its visible keys (two passes: the max, then the sum of exp(logit - max)),
-    // turning the logits into weights in place; 0 where invisible.
+    // Softmax per row over its visible keys (two passes: the max, then the sum of exp(logit -
+    // max)), turning the logits into weights in place; 0 where invisible.
     row_max.assign(static_cast<size_t>(rows), -INFINITY);
     sum.assign(static_cast<size_t>(rows), 0.0);
     for (int64_t t = 0; t < n_kv; ++t)
       for (int64_t r = 0; r < rows; ++r)
-        if (sees(t, r)) row_max[r] = std::max(row_max[r], weights[static_cast<size_t>(t * rows + r)]);
+        if (sees(t, r))
+          row_max[r] = std::max(row_max[r], weights[static_cast<size_t>(t * rows + r)]);
     for (int64_t t = 0; t < n_kv; ++t)
       for (int64_t r = 0; r < rows; ++r) {
         double& w = weights[static_cast<size_t>(t * rows + r)];
@@ -129,7 +136,8 @@ void verify_full(const VerifyParams& p, float* o, float* lse) {
       load_key(t, kHeadDimV);
       for (int64_t r = 0; r < rows; ++r) {
         const double w = weights[static_cast<size_t>(t * rows + r)];
-        for (int c = 0; c < kHeadDimV; ++c) acc[static_cast<size_t>(r * kHeadDimV + c)] += w * key[c];
+        for (int c = 0; c < kHeadDimV; ++c)
+          acc[static_cast<size_t>(r * kHeadDimV + c)] += w * key[c];
       }
     }
     for (int64_t e = 0; e < rows * kHeadDimV; ++e)

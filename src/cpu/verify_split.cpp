@@ -60,16 +60,16 @@ inline void dot_qk4(const double* q, const double* const* k, double* out) {
 // a += w[0] v[0] + ... + w[3] v[3] over the 512 value columns: one load and store of a per
 // four rows.
 inline void axpy4(const double* w, const double* const* v, double* a) {
-  for (int c = 0; c < kHeadDimV; ++c) a[c] += (w[0] * v[0][c] + w[1] * v[1][c]) + (w[2] * v[2][c] + w[3] * v[3][c]);
+  for (int c = 0; c < kHeadDimV; ++c)
+    a[c] += (w[0] * v[0][c] + w[1] * v[1][c]) + (w[2] * v[2][c] + w[3] * v[3][c]);
 }
 
-constexpr int kBlockM = 32;       // query rows ((node, head) pairs) per tile
-constexpr int kBlockN = 64;       // KV rows per tile
-constexpr int kSplitLen = 1024;   // prefix rows per split (a multiple of kBlockN)
+constexpr int kBlockM = 32;      // query rows ((node, head) pairs) per tile
+constexpr int kBlockN = 64;      // KV rows per tile
+constexpr int kSplitLen = 1024;  // prefix rows per split (a multiple of kBlockN)
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
 
 // Running softmax state of `rows` query rows: max score m (log2 units), sum l of exp2(s - m),
 // and the unnormalized output acc.
@@ -89,23 +89,26 @@ void load_tile(const VerifyParams& p, int b, int64_t t0, int n, double* dst) {
   const int32_t* table = p.page_table + static_cast<int64_t>(b) * p.page_table_stride;
   for (int r = 0; r < n; ++r) {
     const int64_t t = t0 + r;
-    const int64_t base = (static_cast<int64_t>(table[t / p.page_size]) * p.page_size + t % p.page_size) * kHeadDimQK;
-    for (int c = 0; c < kHeadDimQK; ++c) dst[r * kHeadDimQK + c] = load_as_float(p.kv_cache, base + c, p.dtype);
+    const int64_t base =
+        (static_cast<int64_t>(table[t / p.page_size]) * p.page_size + t % p.page_size) * kHeadDimQK;
+    for (int c = 0; c < kHeadDimQK; ++c)
+      dst[r * kHeadDimQK + c] = load_as_float(p.kv_cache, base + c, p.dtype);
   }
 }
 
 // One tile of n key rows against every query row of the state. visible(r, t) says whether row r
 // sees tile row t; scale_log2 = sm_scale * log2(e).
 template <class Visible>
-void attend_tile(OnlineState& st, const double* q, const double* k, int n, double scale_log2, Visible visible,
-                 std::vector<double>& s) {
+void attend_tile(OnlineState& st, const double* q, const double* k, int n, double scale_log2,
+                 Visible visible, std::vector<double>& s) {
   s.resize(n);
   for (int r = 0; r < st.rows; ++r) {
     const double* qr = q + static_cast<int64_t>(r) * kHeadDimQK;
     double tile_max = kNegInf;
     for (int t = 0; t < n; t += 4) {
       const double* k4[4];
-      for (int u = 0; u < 4; ++u) k4[u] = k + std::min(t + u, n - 1) * kHeadDimQK;  // clamp the remainder
+      for (int u = 0; u < 4; ++u)
+        k4[u] = k + std::min(t + u, n - 1) * kHeadDimQK;  // clamp the remainder
       double d[4];
       dot_qk4(qr, k4, d);
       for (int u = 0; u < 4 && t + u < n; ++u) {
@@ -178,8 +181,9 @@ void prefix_pass(const VerifyParams& p, int b, Scratch& w, float* o, float* lse)
       for (int64_t t0 = split0; t0 < split_end; t0 += kBlockN) {
         const int n = static_cast<int>(std::min<int64_t>(kBlockN, split_end - t0));
         load_tile(p, b, t0, n, w.tile.data());
-        attend_tile(w.st, &w.q[static_cast<size_t>(m0) * kHeadDimQK], w.tile.data(), n, scale_log2,
-                    [](int, int) { return true; }, w.s);
+        attend_tile(
+            w.st, &w.q[static_cast<size_t>(m0) * kHeadDimQK], w.tile.data(), n, scale_log2,
+            [](int, int) { return true; }, w.s);
       }
       finalize(w.st, &w.part_o[static_cast<size_t>(m0) * kHeadDimV], &w.part_lse[m0]);
     }
@@ -206,8 +210,8 @@ void tail_pass(const VerifyParams& p, int b, Scratch& w, float* o, float* lse) {
         const int j = j0 + t;
         return ((mask[j / 64] >> (j % 64)) & 1u) != 0;
       };
-      attend_tile(w.st, &w.q[static_cast<size_t>(m0) * kHeadDimQK], w.tile.data(), n, p.sm_scale * kLog2e,
-                  visible, w.s);
+      attend_tile(w.st, &w.q[static_cast<size_t>(m0) * kHeadDimQK], w.tile.data(), n,
+                  p.sm_scale * kLog2e, visible, w.s);
     }
     finalize(w.st, o + static_cast<int64_t>(m0) * kHeadDimV, lse + m0);
   }
@@ -235,14 +239,19 @@ void verify_split(const VerifyParams& p, float* o, float* lse) {
     float* o_req = o + q0 * H * kHeadDimV;
     float* lse_req = lse + q0 * H;
     switch (p.part) {
-      case VerifyPart::kPrefix: prefix_pass(p, b, w, o_req, lse_req); break;
-      case VerifyPart::kTail: tail_pass(p, b, w, o_req, lse_req); break;
+      case VerifyPart::kPrefix:
+        prefix_pass(p, b, w, o_req, lse_req);
+        break;
+      case VerifyPart::kTail:
+        tail_pass(p, b, w, o_req, lse_req);
+        break;
       case VerifyPart::kAll:
         prefix_pass(p, b, w, o_req, lse_req);
         tail_o.resize(static_cast<size_t>(rows) * kHeadDimV);
         tail_lse.resize(rows);
         tail_pass(p, b, w, tail_o.data(), tail_lse.data());
-        merge_state(o_req, lse_req, tail_o.data(), tail_lse.data(), o_req, lse_req, q_len, H, kHeadDimV);
+        merge_state(o_req, lse_req, tail_o.data(), tail_lse.data(), o_req, lse_req, q_len, H,
+                    kHeadDimV);
         break;
     }
   }

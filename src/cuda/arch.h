@@ -8,9 +8,9 @@
 namespace treemla::cuda {
 
 // Opt-in shared memory per block (bytes).
-constexpr int kSmemSm80 = 166912;   // 163 KB: sm_80 (A100)
-constexpr int kSmem99K = 101376;    // 99 KB: sm_86, sm_89, sm_120 (RTX PRO 6000 Blackwell)
-constexpr int kSmemSm90 = 232448;   // 227 KB: sm_90 (H100/H200), sm_100 (B200)
+constexpr int kSmemSm80 = 166912;  // 163 KB: sm_80 (A100)
+constexpr int kSmem99K = 101376;   // 99 KB: sm_86, sm_89, sm_120 (RTX PRO 6000 Blackwell)
+constexpr int kSmemSm90 = 232448;  // 227 KB: sm_90 (H100/H200), sm_100 (B200)
 
 // Host-side feature facts by compute capability (major * 10 + minor).
 // mma.sync m16n8k16 bf16/fp16 and cp.async: every supported architecture (sm_80 and newer).

@@ -19,7 +19,8 @@ KernelEntry entry_for(KernelFamily family, TileConfig tile) {
       return large ? cpasync_entry<CpAsyncTraitsLarge<T>>() : cpasync_entry<CpAsyncTraits99K<T>>();
     case KernelFamily::kCluster:
       return large ? cluster_entry<ClusterTraitsLarge<T>>() : cluster_entry<ClusterTraits99K<T>>();
-    default: TREEMLA_FAIL("kernel family " << static_cast<int>(family) << " is not resolved");
+    default:
+      TREEMLA_FAIL("kernel family " << static_cast<int>(family) << " is not resolved");
   }
 }
 
@@ -29,9 +30,12 @@ KernelEntry kernel_entry(KernelFamily family, DType dtype, TileConfig tile) {
   TREEMLA_CHECK(tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
                 "tile configuration " << static_cast<int>(tile) << " is not resolved");
   switch (dtype) {
-    case DType::kBF16: return entry_for<__nv_bfloat16>(family, tile);
-    case DType::kFP16: return entry_for<__half>(family, tile);
-    default: TREEMLA_FAIL("dtype must be bf16 or fp16 on the GPU (got " << dtype_name(dtype) << ")");
+    case DType::kBF16:
+      return entry_for<__nv_bfloat16>(family, tile);
+    case DType::kFP16:
+      return entry_for<__half>(family, tile);
+    default:
+      TREEMLA_FAIL("dtype must be bf16 or fp16 on the GPU (got " << dtype_name(dtype) << ")");
   }
 }
 

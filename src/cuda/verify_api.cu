@@ -11,10 +11,10 @@
 #include <sstream>
 
 #include "cuda/arch.h"
-#include "treemla/cuda/check.h"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/dispatch.h"
 #include "cuda/smxx/kernels.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/verify.h"
 
 #ifndef TREEMLA_CUDA_ARCHS
@@ -71,44 +71,58 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
 
 const char* kernel_family_name(KernelFamily f) {
   switch (f) {
-    case KernelFamily::kAuto: return "auto";
-    case KernelFamily::kCpAsync: return "cpasync";
-    case KernelFamily::kCluster: return "cluster";
+    case KernelFamily::kAuto:
+      return "auto";
+    case KernelFamily::kCpAsync:
+      return "cpasync";
+    case KernelFamily::kCluster:
+      return "cluster";
   }
   return "unknown";
 }
 
 const char* tile_config_name(TileConfig c) {
   switch (c) {
-    case TileConfig::kAuto: return "auto";
-    case TileConfig::kSmem99K: return "smem99k";
-    case TileConfig::kSmemLarge: return "smem-large";
+    case TileConfig::kAuto:
+      return "auto";
+    case TileConfig::kSmem99K:
+      return "smem99k";
+    case TileConfig::kSmemLarge:
+      return "smem-large";
   }
   return "unknown";
 }
 
 std::string compiled_architectures() { return TREEMLA_CUDA_ARCHS; }
 
-VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile, KernelFamily family) {
+VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile,
+                            KernelFamily family) {
   TREEMLA_CHECK(limits.max_batch >= 1 && limits.max_batch <= (1 << 20),
                 "limits.max_batch = " << limits.max_batch << " must be in [1, 1048576]");
-  TREEMLA_CHECK(limits.num_heads >= 1 && limits.num_heads <= kMaxHeads,
-                "limits.num_heads = " << limits.num_heads << " must be in [1, " << kMaxHeads << "]");
-  TREEMLA_CHECK(limits.max_total_q >= 1 && limits.max_total_q * limits.num_heads < (int64_t{1} << 31),
-                "limits.max_total_q = " << limits.max_total_q << " must be >= 1 and max_total_q * num_heads < 2^31");
-  TREEMLA_CHECK(family == KernelFamily::kAuto || family == KernelFamily::kCpAsync || family == KernelFamily::kCluster,
+  TREEMLA_CHECK(
+      limits.num_heads >= 1 && limits.num_heads <= kMaxHeads,
+      "limits.num_heads = " << limits.num_heads << " must be in [1, " << kMaxHeads << "]");
+  TREEMLA_CHECK(
+      limits.max_total_q >= 1 && limits.max_total_q * limits.num_heads < (int64_t{1} << 31),
+      "limits.max_total_q = " << limits.max_total_q
+                              << " must be >= 1 and max_total_q * num_heads < 2^31");
+  TREEMLA_CHECK(family == KernelFamily::kAuto || family == KernelFamily::kCpAsync ||
+                    family == KernelFamily::kCluster,
                 "family = " << static_cast<int>(family) << " is not a KernelFamily");
-  TREEMLA_CHECK(tile == TileConfig::kAuto || tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
-                "tile = " << static_cast<int>(tile) << " is not a TileConfig");
+  TREEMLA_CHECK(
+      tile == TileConfig::kAuto || tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
+      "tile = " << static_cast<int>(tile) << " is not a TileConfig");
   if (device < 0) TREEMLA_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   TREEMLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   const int cc = prop.major * 10 + prop.minor;
-  TREEMLA_CHECK(arch_has_mma_sync(cc), "device " << device << " (" << prop.name << ") has compute capability "
-                                                 << prop.major << "." << prop.minor
+  TREEMLA_CHECK(arch_has_mma_sync(cc), "device " << device << " (" << prop.name
+                                                 << ") has compute capability " << prop.major << "."
+                                                 << prop.minor
                                                  << "; treemla's verify kernels need 8.0 or newer");
   int optin = 0;
-  TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TREEMLA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int prev = -1;
   TREEMLA_CUDA_CHECK(cudaGetDevice(&prev));
   TREEMLA_CUDA_CHECK(cudaSetDevice(device));
@@ -122,7 +136,8 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
     return cc >= e.min_cc && e.smem_bytes <= optin;
   };
   auto runnable = [&](KernelFamily f, TileConfig t) {
-    return fits(f, t) && has_image(kernel_entry(f, DType::kBF16, t)) && has_image(kernel_entry(f, DType::kFP16, t));
+    return fits(f, t) && has_image(kernel_entry(f, DType::kBF16, t)) &&
+           has_image(kernel_entry(f, DType::kFP16, t));
   };
   auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
     if (tile != TileConfig::kAuto) return tile;
@@ -135,13 +150,16 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   (void)runnable;
   tile = pick_tile(family);
   const KernelEntry entry = kernel_entry(family, DType::kBF16, tile);
-  TREEMLA_CHECK(cc >= entry.min_cc, "kernel family " << kernel_family_name(family) << " needs compute capability "
-                                                     << entry.min_cc / 10 << "." << entry.min_cc % 10
-                                                     << " or newer; device " << device << " (" << prop.name
-                                                     << ") has " << prop.major << "." << prop.minor);
-  TREEMLA_CHECK(entry.smem_bytes <= optin, "tile configuration " << tile_config_name(tile) << " of family "
-                                           << kernel_family_name(family) << " needs " << entry.smem_bytes
-                                           << " B of shared memory per block; device " << device << " allows " << optin);
+  TREEMLA_CHECK(cc >= entry.min_cc,
+                "kernel family " << kernel_family_name(family) << " needs compute capability "
+                                 << entry.min_cc / 10 << "." << entry.min_cc % 10
+                                 << " or newer; device " << device << " (" << prop.name << ") has "
+                                 << prop.major << "." << prop.minor);
+  TREEMLA_CHECK(entry.smem_bytes <= optin,
+                "tile configuration " << tile_config_name(tile) << " of family "
+                                      << kernel_family_name(family) << " needs " << entry.smem_bytes
+                                      << " B of shared memory per block; device " << device
+                                      << " allows " << optin);
 
   VerifyPlan plan;
   plan.limits = limits;
@@ -157,14 +175,16 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   for (DType dt : {DType::kBF16, DType::kFP16}) {
     const KernelEntry e = kernel_entry(family, dt, tile);
     if (!has_image(e)) {
-      TREEMLA_FAIL("no " << kernel_family_name(family) << " verify kernel image for device " << device << " ("
-                         << prop.name << ", sm_" << cc << "); this build has architectures "
-                         << compiled_architectures());
+      TREEMLA_FAIL("no " << kernel_family_name(family) << " verify kernel image for device "
+                         << device << " (" << prop.name << ", sm_" << cc
+                         << "); this build has architectures " << compiled_architectures());
     }
-    TREEMLA_CUDA_CHECK(cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem_bytes));
+    TREEMLA_CUDA_CHECK(
+        cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem_bytes));
     int n = 0;
     if (e.cluster > 1) {
-      TREEMLA_CUDA_CHECK(cudaFuncSetAttribute(e.fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+      TREEMLA_CUDA_CHECK(
+          cudaFuncSetAttribute(e.fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
       cudaLaunchConfig_t cfg{};
       cudaLaunchAttribute attr[1];
       attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -178,13 +198,15 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
       cfg.numAttrs = 1;
       TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, e.fn, &cfg));
     } else {
-      TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, e.fn, e.threads, e.smem_bytes));
+      TREEMLA_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, e.fn, e.threads, e.smem_bytes));
       n *= prop.multiProcessorCount;
     }
     resident = dt == DType::kBF16 ? n : std::min(resident, n);
   }
-  TREEMLA_CHECK(resident >= 1, "the " << kernel_family_name(family) << " verify kernel cannot be resident on device "
-                                      << device << " (" << prop.name << ")");
+  TREEMLA_CHECK(resident >= 1, "the " << kernel_family_name(family)
+                                      << " verify kernel cannot be resident on device " << device
+                                      << " (" << prop.name << ")");
   plan.num_ctas = resident * plan.cluster;
   plan.target_items = resident;  // one wave of equal items (schedule.cu), one per CTA or CTA pair
   // Pair-mode items write two partial slots each.
@@ -196,7 +218,8 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
 }
 
 void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
-  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = " << plan.workspace_bytes << ")");
+  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = "
+                                          << plan.workspace_bytes << ")");
   TREEMLA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_init_bytes, stream));
 }
 
@@ -204,27 +227,36 @@ void check_params(const VerifyParams& p, const VerifyPlan& plan) {
   TREEMLA_CHECK(p.dtype == DType::kBF16 || p.dtype == DType::kFP16,
                 "dtype must be bf16 or fp16 on the GPU (got " << dtype_name(p.dtype) << ")");
   TREEMLA_CHECK(p.kv_dtype == -1 || p.kv_dtype == static_cast<int>(p.dtype),
-                "kv_dtype = " << p.kv_dtype << " must be -1 (same as dtype) or equal dtype; a KV cache of "
-                              "another type is not supported on the GPU yet");
+                "kv_dtype = " << p.kv_dtype
+                              << " must be -1 (same as dtype) or equal dtype; a KV cache of "
+                                 "another type is not supported on the GPU yet");
   TREEMLA_CHECK(p.batch >= 1 && p.batch <= plan.limits.max_batch,
-                "batch = " << p.batch << " must be in [1, plan.limits.max_batch = " << plan.limits.max_batch << "]");
+                "batch = " << p.batch << " must be in [1, plan.limits.max_batch = "
+                           << plan.limits.max_batch << "]");
   TREEMLA_CHECK(p.num_heads == plan.limits.num_heads,
-                "num_heads = " << p.num_heads << " must equal the plan's num_heads = " << plan.limits.num_heads);
+                "num_heads = " << p.num_heads
+                               << " must equal the plan's num_heads = " << plan.limits.num_heads);
   treemla::validate(cache_layout_of(p));  // page_size, num_pages, page_table_stride (paged_cache.h)
   TREEMLA_CHECK(p.mask_words >= 1 && p.mask_words <= kMaxMaskWords,
                 "mask_words = " << p.mask_words << " must be in [1, " << kMaxMaskWords << "]");
-  TREEMLA_CHECK(std::isfinite(p.sm_scale) && p.sm_scale > 0.f, "sm_scale = " << p.sm_scale << " must be finite and > 0");
-  TREEMLA_CHECK(p.part == VerifyPart::kAll || p.part == VerifyPart::kPrefix || p.part == VerifyPart::kTail,
-                "part = " << static_cast<int>(p.part) << " is not a VerifyPart");
-  TREEMLA_CHECK(p.q && p.kv_cache && p.page_table && p.prefix_lens && p.q_indptr && p.tree_mask,
-                "q, kv_cache, page_table, prefix_lens, q_indptr and tree_mask must all be non-null");
-  TREEMLA_CHECK((reinterpret_cast<uintptr_t>(p.q) & 15) == 0 && (reinterpret_cast<uintptr_t>(p.kv_cache) & 15) == 0,
+  TREEMLA_CHECK(std::isfinite(p.sm_scale) && p.sm_scale > 0.f,
+                "sm_scale = " << p.sm_scale << " must be finite and > 0");
+  TREEMLA_CHECK(
+      p.part == VerifyPart::kAll || p.part == VerifyPart::kPrefix || p.part == VerifyPart::kTail,
+      "part = " << static_cast<int>(p.part) << " is not a VerifyPart");
+  TREEMLA_CHECK(
+      p.q && p.kv_cache && p.page_table && p.prefix_lens && p.q_indptr && p.tree_mask,
+      "q, kv_cache, page_table, prefix_lens, q_indptr and tree_mask must all be non-null");
+  TREEMLA_CHECK((reinterpret_cast<uintptr_t>(p.q) & 15) == 0 &&
+                    (reinterpret_cast<uintptr_t>(p.kv_cache) & 15) == 0,
                 "q and kv_cache must be 16-byte aligned");
 }
 
-void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
+void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* workspace,
+                     cudaStream_t stream) {
   check_params(p, plan);
-  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = " << plan.workspace_bytes << ")");
+  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = "
+                                          << plan.workspace_bytes << ")");
   const VerifyKernelParams kp = kernel_params(p, plan, workspace, nullptr, nullptr);
   launch_verify_schedule(kp, stream);
   TREEMLA_CHECK_LAUNCH("verify_schedule_kernel");
@@ -262,8 +294,8 @@ void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, 
   TREEMLA_CHECK_LAUNCH("verify_combine_kernel");
 }
 
-void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o, float* lse,
-                      cudaStream_t stream) {
+void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o,
+                      float* lse, cudaStream_t stream) {
   verify_schedule(p, plan, workspace, stream);
   verify_run(p, plan, workspace, o, lse, stream);
 }
@@ -277,21 +309,23 @@ void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) 
   std::ostringstream os;
   switch (h.code) {
     case kStatusBadIndptr:
-      os << "q_indptr must start at 0 and not decrease: request " << h.index << " has q_indptr = " << h.value
-         << " .. " << h.extra;
+      os << "q_indptr must start at 0 and not decrease: request " << h.index
+         << " has q_indptr = " << h.value << " .. " << h.extra;
       break;
     case kStatusQLen:
       os << "request " << h.index << " has q_len = " << h.value << " > " << h.extra;
       break;
     case kStatusTotalQ:
-      os << "q_indptr[" << h.index + 1 << "] = " << h.value << " exceeds the plan's max_total_q = " << h.extra;
+      os << "q_indptr[" << h.index + 1 << "] = " << h.value
+         << " exceeds the plan's max_total_q = " << h.extra;
       break;
     case kStatusPrefix:
-      os << "prefix_lens[" << h.index << "] = " << h.value << " is out of range [0, " << h.extra << "]";
+      os << "prefix_lens[" << h.index << "] = " << h.value << " is out of range [0, " << h.extra
+         << "]";
       break;
     case kStatusPage:
-      os << "page_table row " << h.index << " maps logical row " << h.extra << " to page " << h.value
-         << ", outside [0, num_pages)";
+      os << "page_table row " << h.index << " maps logical row " << h.extra << " to page "
+         << h.value << ", outside [0, num_pages)";
       break;
     case kStatusStride:
       os << "request " << h.index << " reads logical row " << h.value
@@ -300,11 +334,12 @@ void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) 
     default:
       os << "internal schedule error " << h.code << " (" << h.value << " > " << h.extra << ")";
   }
-  TREEMLA_FAIL("verify attention: " << os.str() << "; affected rows were not computed from that data");
+  TREEMLA_FAIL("verify attention: " << os.str()
+                                    << "; affected rows were not computed from that data");
 }
 
-void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b, const float* s_b, void* v,
-                 float* s, int64_t tokens, int heads, int dim, cudaStream_t stream) {
+void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b, const float* s_b,
+                 void* v, float* s, int64_t tokens, int heads, int dim, cudaStream_t stream) {
   TREEMLA_CHECK(tokens >= 0, "tokens = " << tokens << " must be >= 0");
   TREEMLA_CHECK(heads >= 1, "heads = " << heads << " must be >= 1");
   TREEMLA_CHECK(dim >= 1, "dim = " << dim << " must be >= 1");

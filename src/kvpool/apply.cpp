@@ -28,8 +28,8 @@ void check_waves(std::span<const Move> moves, std::span<const int32_t> offsets) 
                   "wave_offsets must be non-decreasing, got wave_offsets["
                       << w << "] = " << offsets[w] << " after " << offsets[w - 1]);
   }
-  TREEMLA_CHECK(offsets.back() == m, "wave_offsets[" << offsets.size() - 1 << "] = "
-                                                     << offsets.back()
+  TREEMLA_CHECK(offsets.back() == m, "wave_offsets[" << offsets.size() - 1
+                                                     << "] = " << offsets.back()
                                                      << " must equal the number of moves, " << m);
   std::unordered_map<int64_t, int64_t> writer;  // destination -> move, within one wave
   for (size_t w = 0; w + 1 < offsets.size(); ++w) {

@@ -114,9 +114,10 @@ void KvPool::extend(int64_t request, int64_t num_tokens) {
                 "extend of request " << request << " by num_tokens " << num_tokens
                                      << " exceeds the cache capacity of " << capacity << " rows");
   const int64_t extra = pages_for(r.num_tokens + num_tokens) - static_cast<int64_t>(r.pages.size());
-  TREEMLA_CHECK(extra <= num_free_pages(),
-                "extend of request " << request << " by num_tokens " << num_tokens << " needs "
-                                     << extra << " new pages, only " << num_free_pages() << " free");
+  TREEMLA_CHECK(extra <= num_free_pages(), "extend of request " << request << " by num_tokens "
+                                                                << num_tokens << " needs " << extra
+                                                                << " new pages, only "
+                                                                << num_free_pages() << " free");
   std::vector<int32_t> fresh = take_pages(extra);
   r.pages.insert(r.pages.end(), fresh.begin(), fresh.end());
   r.num_tokens += num_tokens;

@@ -61,7 +61,8 @@ std::vector<int32_t> argmax_rows(std::span<const float> rows, int n, int vocab) 
   return out;
 }
 
-std::vector<int32_t> sample_rows(std::span<const float> probs, int n, int vocab, std::mt19937& rng) {
+std::vector<int32_t> sample_rows(std::span<const float> probs, int n, int vocab,
+                                 std::mt19937& rng) {
   check_rows(probs.size(), n, vocab, "probs");
   std::vector<int32_t> out(n);
   for (int i = 0; i < n; ++i) {
@@ -74,7 +75,8 @@ std::vector<int32_t> sample_rows(std::span<const float> probs, int n, int vocab,
       total += r[v];
       if (r[v] > 0.f) last_positive = v;
     }
-    TREEMLA_CHECK(last_positive >= 0, "probs row " << i << " sums to 0; must have a positive entry");
+    TREEMLA_CHECK(last_positive >= 0,
+                  "probs row " << i << " sums to 0; must have a positive entry");
     // 53-bit uniform in [0, 1) from two raw 32-bit outputs (27 + 26 bits, as in genrand_res53):
     // std::uniform_real_distribution is implementation-defined, this is not.
     const uint64_t hi = rng() >> 5, lo = rng() >> 6;
@@ -105,9 +107,9 @@ CommitPlan plan_commit(std::span<const int32_t> parents, std::span<const int32_t
                        int32_t prefix_len) {
   validate_parents(parents);
   const int32_t n = static_cast<int32_t>(parents.size());
-  TREEMLA_CHECK(prefix_len >= 0 && prefix_len <= kMaxPrefixLen,
-                "prefix_len = " << prefix_len << " must be in 0.." << kMaxPrefixLen
-                                << " (kMaxPrefixLen)");
+  TREEMLA_CHECK(
+      prefix_len >= 0 && prefix_len <= kMaxPrefixLen,
+      "prefix_len = " << prefix_len << " must be in 0.." << kMaxPrefixLen << " (kMaxPrefixLen)");
   TREEMLA_CHECK(!accepted.empty() && accepted.size() <= parents.size(),
                 "accepted has " << accepted.size() << " nodes; must be 1..tree size " << n);
   TREEMLA_CHECK(accepted[0] == 0, "accepted[0] = " << accepted[0] << " must be 0 (the root)");
@@ -122,9 +124,8 @@ CommitPlan plan_commit(std::span<const int32_t> parents, std::span<const int32_t
     // Being a child of accepted[k - 1] makes depth(u) = k by induction from the root.
     TREEMLA_CHECK(parents[u] == accepted[k - 1],
                   "accepted[" << k << "] = " << u << " has parent " << parents[u]
-                              << "; must be a child of accepted[" << k - 1
-                              << "] = " << accepted[k - 1] << " (depth " << k
-                              << " on the accepted path)");
+                              << "; must be a child of accepted[" << k - 1 << "] = "
+                              << accepted[k - 1] << " (depth " << k << " on the accepted path)");
   }
   for (size_t k = 0; k < accepted.size(); ++k) {
     const int32_t src = prefix_len + accepted[k];

@@ -15,13 +15,13 @@ namespace {
 template <typename T>
 void validate_axis(const std::vector<T>& axis, const char* name, T lo, T hi) {
   TREEMLA_CHECK(!axis.empty(), "cost table: " << name << " is empty; the grid needs >= 1 point");
-  TREEMLA_CHECK(axis.front() >= lo, "cost table: " << name << "[0] = " << axis.front()
-                                                   << " must be >= " << lo);
+  TREEMLA_CHECK(axis.front() >= lo,
+                "cost table: " << name << "[0] = " << axis.front() << " must be >= " << lo);
   for (size_t i = 1; i < axis.size(); ++i)
-    TREEMLA_CHECK(axis[i] > axis[i - 1],
-                  "cost table: " << name << "[" << i << "] = " << axis[i] << " must be > " << name
-                                 << "[" << i - 1 << "] = " << axis[i - 1]
-                                 << " (the axis strictly increases)");
+    TREEMLA_CHECK(axis[i] > axis[i - 1], "cost table: " << name << "[" << i << "] = " << axis[i]
+                                                        << " must be > " << name << "[" << i - 1
+                                                        << "] = " << axis[i - 1]
+                                                        << " (the axis strictly increases)");
   TREEMLA_CHECK(axis.back() <= hi, "cost table: " << name << "[" << axis.size() - 1
                                                   << "] = " << axis.back() << " must be <= " << hi);
 }
@@ -87,8 +87,7 @@ void validate_path_logprobs(std::span<const double> lp) {
                                    << " must be a log-probability: <= 0, not NaN (-inf allowed)");
     TREEMLA_CHECK(i == 0 || lp[i] <= lp[i - 1],
                   "path_logprobs[" << i << "] = " << lp[i] << " must be <= path_logprobs[" << i - 1
-                                   << "] = " << lp[i - 1]
-                                   << " (pop order: scores never increase)");
+                                   << "] = " << lp[i - 1] << " (pop order: scores never increase)");
   }
 }
 
@@ -116,11 +115,12 @@ std::vector<int32_t> resolve_candidates(const CostTable& table, int64_t num_scor
                   "options.every_budget and options.candidates are exclusive; set one");
     for (size_t i = 0; i < options.candidates.size(); ++i) {
       const int32_t b = options.candidates[i];
-      TREEMLA_CHECK(b >= lo && b <= hi, "options.candidates[" << i << "] = " << b
+      TREEMLA_CHECK(b >= lo && b <= hi, "options.candidates["
+                                            << i << "] = " << b
                                             << " is outside the cost table's budgets [" << lo
                                             << ", " << hi << "]");
-      TREEMLA_CHECK(b <= num_scored, "options.candidates[" << i << "] = " << b << " exceeds the "
-                                         << num_scored
+      TREEMLA_CHECK(b <= num_scored, "options.candidates["
+                                         << i << "] = " << b << " exceeds the " << num_scored
                                          << " scored draft nodes (path_logprobs.size())");
       out.push_back(b);
     }
@@ -146,7 +146,8 @@ std::vector<int32_t> resolve_candidates(const CostTable& table, int64_t num_scor
 void validate_cost_table(const CostTable& table) {
   TREEMLA_CHECK(table.heads >= 1 && table.heads <= kMaxHeads,
                 "cost table: heads = " << table.heads << " must be in 1.." << kMaxHeads);
-  check_page_size(table.page_size, "cost table: page_size");  // the verify call's bound (paged_cache.h)
+  check_page_size(table.page_size,
+                  "cost table: page_size");  // the verify call's bound (paged_cache.h)
   validate_axis<int32_t>(table.n, "n", 1, kMaxTreeNodes);
   validate_axis<int64_t>(table.L, "L", 0, kMaxPrefixLen);
   TREEMLA_CHECK(table.us.size() == table.n.size(),

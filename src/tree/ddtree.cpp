@@ -15,15 +15,16 @@ void validate_draft(const DraftTopK& draft, int32_t bonus_token, int budget, int
                 "max_depth = " << max_depth << " must be in 1.." << kMaxBudget);
   TREEMLA_CHECK(budget >= 1 && budget <= kMaxBudget,
                 "budget = " << budget << " must be in 1.." << kMaxBudget << " (kMaxBudget)");
-  TREEMLA_CHECK(draft.num_depths >= 1 && draft.num_depths <= max_depth,
-                "draft.num_depths = " << draft.num_depths << " must be in 1..max_depth = "
-                                      << max_depth);
+  TREEMLA_CHECK(
+      draft.num_depths >= 1 && draft.num_depths <= max_depth,
+      "draft.num_depths = " << draft.num_depths << " must be in 1..max_depth = " << max_depth);
   TREEMLA_CHECK(draft.top_k >= 1, "draft.top_k = " << draft.top_k << " must be >= 1");
   TREEMLA_CHECK(bonus_token >= 0, "bonus_token = " << bonus_token << " must be >= 0");
   const int64_t cells = static_cast<int64_t>(draft.num_depths) * draft.top_k;
   TREEMLA_CHECK(static_cast<int64_t>(draft.tokens.size()) == cells,
-                "draft.tokens has " << draft.tokens.size() << " entries; must be num_depths * top_k = "
-                                    << draft.num_depths << " * " << draft.top_k << " = " << cells);
+                "draft.tokens has " << draft.tokens.size()
+                                    << " entries; must be num_depths * top_k = " << draft.num_depths
+                                    << " * " << draft.top_k << " = " << cells);
   TREEMLA_CHECK(static_cast<int64_t>(draft.log_probs.size()) == cells,
                 "draft.log_probs has " << draft.log_probs.size()
                                        << " entries; must be num_depths * top_k = " << cells);
@@ -34,8 +35,8 @@ void validate_draft(const DraftTopK& draft, int32_t bonus_token, int budget, int
     const float* lp = draft.log_probs.data() + static_cast<size_t>(d) * K;
     for (int r = 0; r < K; ++r) {
       // Depth d + 1 in messages: depths count from 1 (the root is depth 0).
-      TREEMLA_CHECK(tok[r] >= 0, "draft.tokens[depth " << d + 1 << "][rank " << r << "] = "
-                                                       << tok[r] << " must be >= 0");
+      TREEMLA_CHECK(tok[r] >= 0, "draft.tokens[depth " << d + 1 << "][rank " << r
+                                                       << "] = " << tok[r] << " must be >= 0");
       TREEMLA_CHECK(!std::isnan(lp[r]) && lp[r] <= 0.f,
                     "draft.log_probs[depth " << d + 1 << "][rank " << r << "] = " << lp[r]
                                              << " must be <= 0 (a log-probability; -inf allowed)");

@@ -10,17 +10,17 @@ namespace treemla::tree {
 
 void validate_parents(std::span<const int32_t> parents) {
   const int64_t n = static_cast<int64_t>(parents.size());
-  TREEMLA_CHECK(n >= 1 && n <= kMaxTreeNodes,
-                "parents has " << n << " nodes; must be 1.." << kMaxTreeNodes
-                               << " (kMaxTreeNodes, the root plus at most " << kMaxBudget
-                               << " draft nodes)");
+  TREEMLA_CHECK(n >= 1 && n <= kMaxTreeNodes, "parents has "
+                                                  << n << " nodes; must be 1.." << kMaxTreeNodes
+                                                  << " (kMaxTreeNodes, the root plus at most "
+                                                  << kMaxBudget << " draft nodes)");
   TREEMLA_CHECK(parents[0] == -1,
                 "parents[0] = " << parents[0] << " must be -1 (node 0 is the root)");
   for (int64_t i = 1; i < n; ++i) {
     TREEMLA_CHECK(parents[i] >= 0, "parents[" << i << "] = " << parents[i]
-                                               << " must be >= 0 (only node 0 is a root)");
+                                              << " must be >= 0 (only node 0 is a root)");
     TREEMLA_CHECK(parents[i] < i, "parents[" << i << "] = " << parents[i] << " must be < " << i
-                                              << " (a node's parent precedes it)");
+                                             << " (a node's parent precedes it)");
   }
 }
 
@@ -33,9 +33,9 @@ void fill_depths(std::span<const int32_t> parents, int32_t* depth) {
 }
 
 void check_prefix_len(int32_t prefix_len, const char* what) {
-  TREEMLA_CHECK(prefix_len >= 0 && prefix_len <= kMaxPrefixLen,
-                what << " = " << prefix_len << " must be in 0.." << kMaxPrefixLen
-                     << " (kMaxPrefixLen)");
+  TREEMLA_CHECK(
+      prefix_len >= 0 && prefix_len <= kMaxPrefixLen,
+      what << " = " << prefix_len << " must be in 0.." << kMaxPrefixLen << " (kMaxPrefixLen)");
 }
 
 // Rows of a validated tree at the given stride; out holds n * stride words.
@@ -77,15 +77,17 @@ std::vector<uint64_t> build_ancestor_mask(std::span<const int32_t> parents) {
   return mask;
 }
 
-void write_ancestor_mask(std::span<const int32_t> parents, int mask_words, std::span<uint64_t> out) {
+void write_ancestor_mask(std::span<const int32_t> parents, int mask_words,
+                         std::span<uint64_t> out) {
   validate_parents(parents);
   const int n = static_cast<int>(parents.size());
   TREEMLA_CHECK(mask_words >= mask_words_for(n),
                 "mask_words = " << mask_words << " must be >= ceil(n / 64) = " << mask_words_for(n)
                                 << " for a tree of n = " << n << " nodes");
   const size_t need = static_cast<size_t>(n) * static_cast<size_t>(mask_words);
-  TREEMLA_CHECK(out.size() >= need, "out has " << out.size() << " words; must hold n * mask_words = "
-                                              << n << " * " << mask_words << " = " << need);
+  TREEMLA_CHECK(out.size() >= need, "out has " << out.size()
+                                               << " words; must hold n * mask_words = " << n
+                                               << " * " << mask_words << " = " << need);
   fill_mask(parents, mask_words, out.data());
 }
 
@@ -96,9 +98,8 @@ std::vector<int32_t> parents_from_mask(std::span<const uint64_t> mask, int n, in
                 "mask_words = " << mask_words << " must be >= ceil(n / 64) = " << mask_words_for(n)
                                 << " for n = " << n << " rows");
   const size_t stride = static_cast<size_t>(mask_words);
-  TREEMLA_CHECK(mask.size() >= n * stride, "mask has " << mask.size()
-                                                       << " words; must hold n * mask_words = "
-                                                       << n * stride);
+  TREEMLA_CHECK(mask.size() >= n * stride,
+                "mask has " << mask.size() << " words; must hold n * mask_words = " << n * stride);
   std::vector<int32_t> parents(n);
   parents[0] = -1;
   for (int i = 0; i < n; ++i) {
@@ -110,8 +111,7 @@ std::vector<int32_t> parents_from_mask(std::span<const uint64_t> mask, int n, in
     // Bits above i in i's own word: mask of the bits strictly greater than i % 64.
     const uint64_t above = ~(own_bit | (own_bit - 1));
     TREEMLA_CHECK((row[own_word] & above) == 0,
-                  "mask row " << i << " word " << own_word
-                              << " has a bit above " << i
+                  "mask row " << i << " word " << own_word << " has a bit above " << i
                               << " (a node sees only itself and its ancestors, which precede it)");
     for (size_t w = own_word + 1; w < stride; ++w) {
       TREEMLA_CHECK(row[w] == 0, "mask row " << i << " word " << w << " = " << row[w]
@@ -125,15 +125,15 @@ std::vector<int32_t> parents_from_mask(std::span<const uint64_t> mask, int n, in
       const uint64_t bits = (w == own_word) ? (row[w] & (own_bit - 1)) : row[w];
       if (bits) p = w * 64 + static_cast<int>(std::bit_width(bits)) - 1;
     }
-    TREEMLA_CHECK(p >= 0, "mask row " << i << " has no ancestor bit (every node but the root "
+    TREEMLA_CHECK(p >= 0, "mask row " << i
+                                      << " has no ancestor bit (every node but the root "
                                          "sees the root, bit 0)");
     const uint64_t* up = mask.data() + static_cast<size_t>(p) * stride;
     for (int w = 0; w <= own_word; ++w) {
       const uint64_t expect = up[w] | (w == own_word ? own_bit : 0);
       TREEMLA_CHECK(row[w] == expect,
-                    "mask row " << i << " word " << w << " = " << row[w]
-                                << " must equal row " << p << " (its parent) plus bit " << i
-                                << " = " << expect);
+                    "mask row " << i << " word " << w << " = " << row[w] << " must equal row " << p
+                                << " (its parent) plus bit " << i << " = " << expect);
     }
     parents[i] = p;
   }
@@ -168,8 +168,8 @@ BatchLayout build_batch_layout(std::span<const std::vector<int32_t>> trees,
   if (mask_words == 0) mask_words = need;
   TREEMLA_CHECK(mask_words >= need && mask_words <= kMaxMaskWords,
                 "mask_words = " << mask_words << " must be in ceil(max q_len / 64) = " << need
-                                << " .. " << kMaxMaskWords << " (kMaxMaskWords); max q_len = "
-                                << max_q);
+                                << " .. " << kMaxMaskWords
+                                << " (kMaxMaskWords); max q_len = " << max_q);
   out.total_q = static_cast<int>(total);
   out.mask_words = mask_words;
   out.prefix_lens.assign(prefix_lens.begin(), prefix_lens.end());

@@ -49,9 +49,9 @@ inline int finite_class(float x) {  // 0 finite, 1 NaN, 2 +inf, 3 -inf
 
 // Success when every element has the same finite_class in both arrays; otherwise the count and
 // the first mismatch.
-inline ::testing::AssertionResult nonfinite_positions_match(const float* got, const float* expected, int64_t n,
-                                                            const std::string& what = "values",
-                                                            const std::vector<int64_t>& shape = {}) {
+inline ::testing::AssertionResult nonfinite_positions_match(
+    const float* got, const float* expected, int64_t n, const std::string& what = "values",
+    const std::vector<int64_t>& shape = {}) {
   int64_t class_mismatches = 0, first_class_mismatch = -1;
   for (int64_t i = 0; i < n; ++i) {
     if (finite_class(got[i]) != finite_class(expected[i])) {
@@ -62,14 +62,15 @@ inline ::testing::AssertionResult nonfinite_positions_match(const float* got, co
   if (class_mismatches > 0) {
     const int64_t i = first_class_mismatch;
     return ::testing::AssertionFailure()
-           << what << ": " << class_mismatches << " of " << n << " elements differ in inf/NaN position; first at "
-           << format_index(i, shape) << ": got " << got[i] << ", expected " << expected[i];
+           << what << ": " << class_mismatches << " of " << n
+           << " elements differ in inf/NaN position; first at " << format_index(i, shape)
+           << ": got " << got[i] << ", expected " << expected[i];
   }
   return ::testing::AssertionSuccess();
 }
 
-inline ::testing::AssertionResult all_close(const float* got, const float* expected, int64_t n, Tolerance tol,
-                                            const std::string& what = "values",
+inline ::testing::AssertionResult all_close(const float* got, const float* expected, int64_t n,
+                                            Tolerance tol, const std::string& what = "values",
                                             const std::vector<int64_t>& shape = {}) {
   if (auto r = nonfinite_positions_match(got, expected, n, what, shape); !r) return r;
   int64_t worst = -1, failures = 0;
@@ -82,7 +83,8 @@ inline ::testing::AssertionResult all_close(const float* got, const float* expec
     // Ratio against the bound; with a zero bound any error is infinitely bad, so compare errors.
     const double ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0);
     if (worst < 0 || ratio > worst_ratio ||
-        (ratio == worst_ratio && err > std::fabs(static_cast<double>(got[worst]) - expected[worst]))) {
+        (ratio == worst_ratio &&
+         err > std::fabs(static_cast<double>(got[worst]) - expected[worst]))) {
       worst = i;
       worst_ratio = ratio;
     }
@@ -90,27 +92,33 @@ inline ::testing::AssertionResult all_close(const float* got, const float* expec
   std::ostringstream os;
   if (worst >= 0) {
     const double err = std::fabs(static_cast<double>(got[worst]) - expected[worst]);
-    const double rel = expected[worst] != 0 ? err / std::fabs(static_cast<double>(expected[worst])) : INFINITY;
-    os << what << ": " << failures << " of " << n << " elements out of tolerance (atol " << tol.atol << ", rtol "
-       << tol.rtol << "); worst at " << format_index(worst, shape) << ": got " << got[worst] << ", expected "
-       << expected[worst] << ", abs err " << err << ", rel err " << rel;
+    const double rel =
+        expected[worst] != 0 ? err / std::fabs(static_cast<double>(expected[worst])) : INFINITY;
+    os << what << ": " << failures << " of " << n << " elements out of tolerance (atol " << tol.atol
+       << ", rtol " << tol.rtol << "); worst at " << format_index(worst, shape) << ": got "
+       << got[worst] << ", expected " << expected[worst] << ", abs err " << err << ", rel err "
+       << rel;
   }
   if (failures > 0) return ::testing::AssertionFailure() << os.str();
   return ::testing::AssertionSuccess() << os.str();
 }
 
-inline ::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<float>& expected,
-                                            Tolerance tol, const std::string& what = "values",
+inline ::testing::AssertionResult all_close(const std::vector<float>& got,
+                                            const std::vector<float>& expected, Tolerance tol,
+                                            const std::string& what = "values",
                                             const std::vector<int64_t>& shape = {}) {
   if (got.size() != expected.size())
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " != expected size " << expected.size();
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " != expected size " << expected.size();
   return all_close(got.data(), expected.data(), static_cast<int64_t>(got.size()), tol, what, shape);
 }
 
 // True when no element is NaN or infinite.
-inline ::testing::AssertionResult all_finite(const std::vector<float>& v, const std::string& what = "values") {
+inline ::testing::AssertionResult all_finite(const std::vector<float>& v,
+                                             const std::string& what = "values") {
   for (size_t i = 0; i < v.size(); ++i)
-    if (!std::isfinite(v[i])) return ::testing::AssertionFailure() << what << "[" << i << "] = " << v[i];
+    if (!std::isfinite(v[i]))
+      return ::testing::AssertionFailure() << what << "[" << i << "] = " << v[i];
   return ::testing::AssertionSuccess();
 }
 

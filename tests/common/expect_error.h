@@ -18,8 +18,8 @@ inline void expect_error(const std::function<void()>& f, const std::vector<std::
     ADD_FAILURE() << "expected treemla::Error containing '" << parts[0] << "'";
   } catch (const Error& e) {
     for (const auto& s : parts)
-      EXPECT_NE(e.message().find(s), std::string::npos) << "message: " << e.message()
-                                                        << "\nmissing: " << s;
+      EXPECT_NE(e.message().find(s), std::string::npos)
+          << "message: " << e.message() << "\nmissing: " << s;
   }
 }
 

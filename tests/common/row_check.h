@@ -50,9 +50,12 @@ constexpr double kBoundFactor = 2.0;
 
 inline double unit_roundoff(DType t) {
   switch (t) {
-    case DType::kBF16: return std::ldexp(1.0, -8);
-    case DType::kFP16: return std::ldexp(1.0, -11);
-    default: return std::ldexp(1.0, -24);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kFP16:
+      return std::ldexp(1.0, -11);
+    default:
+      return std::ldexp(1.0, -24);
   }
 }
 
@@ -63,11 +66,11 @@ struct RowErrors {
   std::vector<int> worst_col;  // column of the largest O error per row
 };
 
-inline RowErrors row_errors(const std::vector<float>& o, const std::vector<float>& lse, const std::vector<float>& o_ref,
-                            const std::vector<float>& lse_ref) {
+inline RowErrors row_errors(const std::vector<float>& o, const std::vector<float>& lse,
+                            const std::vector<float>& o_ref, const std::vector<float>& lse_ref) {
   const size_t rows = lse_ref.size();
-  RowErrors e{std::vector<double>(rows, 0.0), std::vector<double>(rows, 0.0), std::vector<double>(rows, 0.0),
-              std::vector<int>(rows, 0)};
+  RowErrors e{std::vector<double>(rows, 0.0), std::vector<double>(rows, 0.0),
+              std::vector<double>(rows, 0.0), std::vector<int>(rows, 0)};
   for (size_t r = 0; r < rows; ++r) {
     double num = 0, den = 0;
     for (int c = 0; c < kHeadDimV; ++c) {
@@ -82,7 +85,8 @@ inline RowErrors row_errors(const std::vector<float>& o, const std::vector<float
       den += want * want;
     }
     e.o_rel_l2[r] = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
-    if (std::isfinite(lse[r]) && std::isfinite(lse_ref[r])) e.lse_abs[r] = std::fabs(double(lse[r]) - lse_ref[r]);
+    if (std::isfinite(lse[r]) && std::isfinite(lse_ref[r]))
+      e.lse_abs[r] = std::fabs(double(lse[r]) - lse_ref[r]);
   }
   return e;
 }
@@ -93,11 +97,12 @@ struct RowBounds {
 
 // The bounds above for a call p whose double reference is (o_ref, lse_ref); `opt` picks the
 // baseline's order (the default is the kernel's 32-key blocks without splits).
-inline RowBounds derive_bounds(const VerifyParams& p, const std::vector<float>& o_ref, const std::vector<float>& lse_ref,
-                               BaselineOptions opt = {}) {
+inline RowBounds derive_bounds(const VerifyParams& p, const std::vector<float>& o_ref,
+                               const std::vector<float>& lse_ref, BaselineOptions opt = {}) {
   const BaselineResult base = same_precision_baseline(p, opt);
   const RowErrors e = row_errors(base.o, base.lse, o_ref, lse_ref);
-  const double ud = unit_roundoff(p.dtype), u = std::ldexp(1.0, -24), sqrt_n = std::sqrt(double(kHeadDimQK));
+  const double ud = unit_roundoff(p.dtype), u = std::ldexp(1.0, -24),
+               sqrt_n = std::sqrt(double(kHeadDimQK));
   const size_t rows = lse_ref.size();
   RowBounds b{std::vector<double>(rows), std::vector<double>(rows), std::vector<double>(rows)};
   for (size_t r = 0; r < rows; ++r) {
@@ -111,9 +116,11 @@ inline RowBounds derive_bounds(const VerifyParams& p, const std::vector<float>& 
     norm_ref = std::sqrt(norm_ref);
     const double s_term = 2 * sqrt_n * u * base.logit_mag[r] * base.value_mag[r];
     b.o_max_abs[r] = kBoundFactor * e.o_max_abs[r] + ud * max_ref + s_term;
-    b.o_rel_l2[r] = kBoundFactor * e.o_rel_l2[r] + ud + (norm_ref > 0 ? std::sqrt(double(kHeadDimV)) * s_term / norm_ref : 0.0);
+    b.o_rel_l2[r] = kBoundFactor * e.o_rel_l2[r] + ud +
+                    (norm_ref > 0 ? std::sqrt(double(kHeadDimV)) * s_term / norm_ref : 0.0);
     const double lse_mag = std::isfinite(lse_ref[r]) ? std::fabs(double(lse_ref[r])) : 0.0;
-    b.lse_abs[r] = kBoundFactor * e.lse_abs[r] + u * (sqrt_n * base.logit_mag[r] + 8 * (lse_mag + 2));
+    b.lse_abs[r] =
+        kBoundFactor * e.lse_abs[r] + u * (sqrt_n * base.logit_mag[r] + 8 * (lse_mag + 2));
   }
   return b;
 }
@@ -144,24 +151,32 @@ inline Reference reference_with_bounds(const VerifyParams& p, BaselineOptions op
 // every row within its bounds. The message names the number of rows out of bounds and the worst
 // row (largest error / bound of the three metrics) as (node, head), with its worst O element;
 // on success it carries the largest ratio, to show the margin.
-inline ::testing::AssertionResult rows_within_bounds(const std::vector<float>& o, const std::vector<float>& lse,
+inline ::testing::AssertionResult rows_within_bounds(const std::vector<float>& o,
+                                                     const std::vector<float>& lse,
                                                      const Reference& ref, int num_heads) {
   const int64_t rows = static_cast<int64_t>(ref.lse.size());
   if (o.size() != ref.o.size() || lse.size() != ref.lse.size())
-    return ::testing::AssertionFailure() << "result sizes o " << o.size() << ", lse " << lse.size()
-                                         << " != reference sizes " << ref.o.size() << ", " << ref.lse.size();
+    return ::testing::AssertionFailure()
+           << "result sizes o " << o.size() << ", lse " << lse.size() << " != reference sizes "
+           << ref.o.size() << ", " << ref.lse.size();
   if (rows == 0) return ::testing::AssertionSuccess() << "no rows";
-  const std::vector<int64_t> lshape{rows / num_heads, num_heads}, oshape{rows / num_heads, num_heads, kHeadDimV};
-  if (auto r = nonfinite_positions_match(lse.data(), ref.lse.data(), rows, "lse", lshape); !r) return r;
-  if (auto r = nonfinite_positions_match(o.data(), ref.o.data(), rows * kHeadDimV, "o", oshape); !r) return r;
+  const std::vector<int64_t> lshape{rows / num_heads, num_heads},
+      oshape{rows / num_heads, num_heads, kHeadDimV};
+  if (auto r = nonfinite_positions_match(lse.data(), ref.lse.data(), rows, "lse", lshape); !r)
+    return r;
+  if (auto r = nonfinite_positions_match(o.data(), ref.o.data(), rows * kHeadDimV, "o", oshape); !r)
+    return r;
   const RowErrors e = row_errors(o, lse, ref.o, ref.lse);
   const RowBounds& b = ref.bounds;
-  auto ratio = [](double err, double bound) { return bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0); };
+  auto ratio = [](double err, double bound) {
+    return bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0);
+  };
   int64_t failing = 0, worst = 0;
   double worst_ratio = -1;
   for (int64_t r = 0; r < rows; ++r) {
-    const double q = std::max({ratio(e.o_max_abs[r], b.o_max_abs[r]), ratio(e.o_rel_l2[r], b.o_rel_l2[r]),
-                               ratio(e.lse_abs[r], b.lse_abs[r])});
+    const double q =
+        std::max({ratio(e.o_max_abs[r], b.o_max_abs[r]), ratio(e.o_rel_l2[r], b.o_rel_l2[r]),
+                  ratio(e.lse_abs[r], b.lse_abs[r])});
     failing += q > 1;
     if (q > worst_ratio) {
       worst_ratio = q;
@@ -170,12 +185,13 @@ inline ::testing::AssertionResult rows_within_bounds(const std::vector<float>& o
   }
   std::ostringstream os;
   const int c = e.worst_col[worst];
-  os << failing << " of " << rows << " rows out of bounds; worst row " << worst << " [node " << worst / num_heads
-     << ", head " << worst % num_heads << "] at " << worst_ratio << " x its bound: lse err " << e.lse_abs[worst]
-     << " (bound " << b.lse_abs[worst] << ", got " << lse[worst] << ", expected " << ref.lse[worst] << "), o max abs err "
-     << e.o_max_abs[worst] << " (bound " << b.o_max_abs[worst] << ") at column " << c << ": got "
-     << o[worst * kHeadDimV + c] << ", expected " << ref.o[worst * kHeadDimV + c] << ", o rel L2 " << e.o_rel_l2[worst]
-     << " (bound " << b.o_rel_l2[worst] << ")";
+  os << failing << " of " << rows << " rows out of bounds; worst row " << worst << " [node "
+     << worst / num_heads << ", head " << worst % num_heads << "] at " << worst_ratio
+     << " x its bound: lse err " << e.lse_abs[worst] << " (bound " << b.lse_abs[worst] << ", got "
+     << lse[worst] << ", expected " << ref.lse[worst] << "), o max abs err " << e.o_max_abs[worst]
+     << " (bound " << b.o_max_abs[worst] << ") at column " << c << ": got "
+     << o[worst * kHeadDimV + c] << ", expected " << ref.o[worst * kHeadDimV + c] << ", o rel L2 "
+     << e.o_rel_l2[worst] << " (bound " << b.o_rel_l2[worst] << ")";
   if (failing > 0) return ::testing::AssertionFailure() << os.str();
   return ::testing::AssertionSuccess() << os.str();
 }

@@ -35,13 +35,13 @@
 namespace treemla::test {
 
 struct BaselineOptions {
-  int block = 32;               // keys per online-softmax block
-  int splits = 1;               // prefix splits merged by LSE at the end, at least
-  int max_split_blocks = 256;   // and as many more as keep each split within this many blocks
+  int block = 32;              // keys per online-softmax block
+  int splits = 1;              // prefix splits merged by LSE at the end, at least
+  int max_split_blocks = 256;  // and as many more as keep each split within this many blocks
 };
 
 struct BaselineResult {
-  std::vector<float> o, lse;      // [rows, 512] (the dtype's values, widened) and [rows], natural log
+  std::vector<float> o, lse;  // [rows, 512] (the dtype's values, widened) and [rows], natural log
   std::vector<double> logit_mag;  // A per row (0 for a row that sees nothing)
   std::vector<double> value_mag;  // V per row
 };
@@ -53,9 +53,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 inline float round_to(DType t, float x) {
   switch (t) {
-    case DType::kBF16: return bf16_to_float(float_to_bf16(x));
-    case DType::kFP16: return fp16_to_float(float_to_fp16(x));
-    default: return x;
+    case DType::kBF16:
+      return bf16_to_float(float_to_bf16(x));
+    case DType::kFP16:
+      return fp16_to_float(float_to_fp16(x));
+    default:
+      return x;
   }
 }
 
@@ -79,8 +82,8 @@ inline BaselineResult same_precision_baseline(const VerifyParams& p, BaselineOpt
   using namespace same_precision_detail;
   cpu::validate(p);
   TREEMLA_CHECK(opt.block >= 1 && opt.splits >= 1 && opt.max_split_blocks >= 1,
-                "baseline: block, splits and max_split_blocks must be >= 1, got " << opt.block << ", " << opt.splits
-                                                                                  << ", " << opt.max_split_blocks);
+                "baseline: block, splits and max_split_blocks must be >= 1, got "
+                    << opt.block << ", " << opt.splits << ", " << opt.max_split_blocks);
   const int H = p.num_heads;
   const int64_t total_rows = static_cast<int64_t>(p.q_indptr[p.batch]) * H;
   const float sc = p.sm_scale * kLog2e;
@@ -100,7 +103,8 @@ inline BaselineResult same_precision_baseline(const VerifyParams& p, BaselineOpt
     const int rows = q_len * H;
     if (rows == 0) continue;
     q.resize(static_cast<size_t>(rows) * kHeadDimQK);
-    for (int64_t e = 0; e < static_cast<int64_t>(q.size()); ++e) q[e] = load_as_float(p.q, q0 * H * kHeadDimQK + e, p.dtype);
+    for (int64_t e = 0; e < static_cast<int64_t>(q.size()); ++e)
+      q[e] = load_as_float(p.q, q0 * H * kHeadDimQK + e, p.dtype);
     auto sees_tail = [&](int r, int64_t j) {
       const uint64_t* mask = p.tree_mask + (q0 + r / H) * p.mask_words;
       return see_tail && ((mask[j / 64] >> (j % 64)) & 1u) != 0;
@@ -112,13 +116,16 @@ inline BaselineResult same_precision_baseline(const VerifyParams& p, BaselineOpt
       vmax.assign(n, 0.0);
       for (int k = 0; k < n; ++k) {
         const int64_t t = t0 + k;
-        const int64_t page = p.page_table[static_cast<int64_t>(b) * p.page_table_stride + t / p.page_size];
+        const int64_t page =
+            p.page_table[static_cast<int64_t>(b) * p.page_table_stride + t / p.page_size];
         const int64_t first = (page * p.page_size + t % p.page_size) * kHeadDimQK;
         bool anyone = t < prefix;
         for (int r = 0; r < rows && !anyone; r += H) anyone = sees_tail(r, t - prefix);
         if (!anyone) continue;  // never read a row nobody sees
-        for (int c = 0; c < kHeadDimQK; ++c) keys[k * kHeadDimQK + c] = load_as_float(p.kv_cache, first + c, p.dtype);
-        for (int c = 0; c < kHeadDimV; ++c) vmax[k] = std::max(vmax[k], std::fabs(double(keys[k * kHeadDimQK + c])));
+        for (int c = 0; c < kHeadDimQK; ++c)
+          keys[k * kHeadDimQK + c] = load_as_float(p.kv_cache, first + c, p.dtype);
+        for (int c = 0; c < kHeadDimV; ++c)
+          vmax[k] = std::max(vmax[k], std::fabs(double(keys[k * kHeadDimQK + c])));
       }
       s.resize(n);
       pw.resize(n);
@@ -181,7 +188,8 @@ inline BaselineResult same_precision_baseline(const VerifyParams& p, BaselineOpt
 
     // Splits of the prefix blocks; the tail with the last split.
     const int64_t blocks = see_prefix ? (prefix + opt.block - 1) / opt.block : 0;
-    const int64_t wanted = std::max<int64_t>(opt.splits, (blocks + opt.max_split_blocks - 1) / opt.max_split_blocks);
+    const int64_t wanted =
+        std::max<int64_t>(opt.splits, (blocks + opt.max_split_blocks - 1) / opt.max_split_blocks);
     const int splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, blocks)));
     std::vector<std::vector<Partial>> parts(splits, std::vector<Partial>(rows));
     std::vector<RowState> states;
@@ -212,7 +220,8 @@ inline BaselineResult same_precision_baseline(const VerifyParams& p, BaselineOpt
         a += w * part.a;
         v += w * part.v;
       }
-      for (int c = 0; c < kHeadDimV; ++c) out.o[row * kHeadDimV + c] = round_to(p.dtype, o[c] / wsum);
+      for (int c = 0; c < kHeadDimV; ++c)
+        out.o[row * kHeadDimV + c] = round_to(p.dtype, o[c] / wsum);
       out.lse[row] = (mx + std::log2(wsum)) * kLn2;
       out.logit_mag[row] = a / wsum;
       out.value_mag[row] = v / wsum;

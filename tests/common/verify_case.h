@@ -36,20 +36,28 @@ enum class ValueDist : int { kUniform, kNormal };  // U(-1, 1) or N(0, 1)
 
 inline const char* tree_kind_name(TreeKind k) {
   switch (k) {
-    case TreeKind::kChain: return "chain";
-    case TreeKind::kStar: return "star";
-    case TreeKind::kRandom: return "random";
-    case TreeKind::kDeep: return "deep";
-    case TreeKind::kSingle: return "single";
+    case TreeKind::kChain:
+      return "chain";
+    case TreeKind::kStar:
+      return "star";
+    case TreeKind::kRandom:
+      return "random";
+    case TreeKind::kDeep:
+      return "deep";
+    case TreeKind::kSingle:
+      return "single";
   }
   return "?";
 }
 
 inline const char* part_name(VerifyPart p) {
   switch (p) {
-    case VerifyPart::kAll: return "all";
-    case VerifyPart::kPrefix: return "prefix";
-    case VerifyPart::kTail: return "tail";
+    case VerifyPart::kAll:
+      return "all";
+    case VerifyPart::kPrefix:
+      return "prefix";
+    case VerifyPart::kTail:
+      return "tail";
   }
   return "?";
 }
@@ -81,12 +89,18 @@ inline std::vector<int> random_parents(TreeKind kind, int n, std::mt19937& rng) 
   std::vector<int> parent(n, -1);
   for (int i = 1; i < n; ++i) {
     switch (kind) {
-      case TreeKind::kChain: parent[i] = i - 1; break;
-      case TreeKind::kStar: parent[i] = 0; break;
+      case TreeKind::kChain:
+        parent[i] = i - 1;
+        break;
+      case TreeKind::kStar:
+        parent[i] = 0;
+        break;
       case TreeKind::kDeep:  // mostly extends one of the last few nodes: long, slightly bushy paths
         parent[i] = std::max(0, i - 1 - (rand_unit(rng) < 0.8 ? 0 : rand_int(rng, 0, 3)));
         break;
-      default: parent[i] = rand_int(rng, 0, i - 1); break;
+      default:
+        parent[i] = rand_int(rng, 0, i - 1);
+        break;
     }
   }
   return parent;
@@ -94,12 +108,14 @@ inline std::vector<int> random_parents(TreeKind kind, int n, std::mt19937& rng) 
 
 // Row i = row parent[i] plus bit i: each node sees itself and its ancestors. Appends n rows of
 // mask_words words to `mask`.
-inline void append_tree_mask(const std::vector<int>& parent, int mask_words, std::vector<uint64_t>& mask) {
+inline void append_tree_mask(const std::vector<int>& parent, int mask_words,
+                             std::vector<uint64_t>& mask) {
   const size_t base = mask.size();
   mask.resize(base + parent.size() * static_cast<size_t>(mask_words), 0);
   for (size_t i = 0; i < parent.size(); ++i) {
     uint64_t* row = &mask[base + i * mask_words];
-    if (parent[i] >= 0) std::memcpy(row, &mask[base + parent[i] * static_cast<size_t>(mask_words)], mask_words * 8);
+    if (parent[i] >= 0)
+      std::memcpy(row, &mask[base + parent[i] * static_cast<size_t>(mask_words)], mask_words * 8);
     row[i / 64] |= uint64_t{1} << (i % 64);
   }
 }
@@ -162,11 +178,14 @@ inline std::vector<int64_t> rows_around(const std::vector<int64_t>& boundaries, 
 
 // Rows 0 and prefix - 1 and both sides (k * block - 1, k * block) of at most max_boundaries of
 // the block boundaries inside the prefix, spread evenly, the first and the last among them.
-inline std::vector<int64_t> block_edge_rows(int64_t prefix, int block = 32, int max_boundaries = 8) {
-  const int64_t count = prefix > 0 ? (prefix - 1) / block : 0;  // boundaries k * block, 1 <= k <= count
-  std::vector<int64_t> boundaries{0, prefix};                   // rows 0 and prefix - 1
+inline std::vector<int64_t> block_edge_rows(int64_t prefix, int block = 32,
+                                            int max_boundaries = 8) {
+  const int64_t count =
+      prefix > 0 ? (prefix - 1) / block : 0;   // boundaries k * block, 1 <= k <= count
+  std::vector<int64_t> boundaries{0, prefix};  // rows 0 and prefix - 1
   for (int64_t i = 0; i < std::min<int64_t>(count, max_boundaries); ++i) {
-    const int64_t k = count <= max_boundaries ? 1 + i : 1 + i * (count - 1) / std::max(1, max_boundaries - 1);
+    const int64_t k =
+        count <= max_boundaries ? 1 + i : 1 + i * (count - 1) / std::max(1, max_boundaries - 1);
     boundaries.push_back(k * block);
   }
   return rows_around(boundaries, prefix);
@@ -180,10 +199,10 @@ struct VerifyCase {
   std::vector<uint8_t> q;         // [total_q, H, 576] elements of spec.dtype
   std::vector<uint8_t> kv_cache;  // [num_pages, page_size, 576] elements of spec.dtype
   std::vector<int32_t> page_table, prefix_lens, q_indptr;
-  std::vector<uint64_t> tree_mask;         // [total_q, mask_words]
-  std::vector<std::vector<int>> parents;   // per request
-  std::vector<uint8_t> slot_used;          // [num_pages * page_size]: 1 if a logical row lives there
-  std::vector<double> v_offset;            // [512] per-column value offsets (spec.peaks), else empty
+  std::vector<uint64_t> tree_mask;        // [total_q, mask_words]
+  std::vector<std::vector<int>> parents;  // per request
+  std::vector<uint8_t> slot_used;         // [num_pages * page_size]: 1 if a logical row lives there
+  std::vector<double> v_offset;           // [512] per-column value offsets (spec.peaks), else empty
   std::vector<std::vector<int64_t>> peak_rows;  // per request: the key rows plant_peaks aimed at
 
   VerifyCase(const CaseSpec& s, uint32_t seed_) : spec(s), seed(seed_) { build(); }
@@ -227,7 +246,8 @@ struct VerifyCase {
     for (int b = 0; b < batch; ++b) os << (b ? "," : "") << q_len(b);
     os << "] prefix_lens=[";
     for (int b = 0; b < batch; ++b) os << (b ? "," : "") << prefix_lens[b];
-    os << "] num_pages=" << num_pages << " stride=" << page_table_stride << " mask_words=" << mask_words;
+    os << "] num_pages=" << num_pages << " stride=" << page_table_stride
+       << " mask_words=" << mask_words;
     if (spec.peaks) {
       os << " peaks=[";
       for (size_t b = 0; b < peak_rows.size(); ++b) os << (b ? "," : "") << peak_rows[b].size();
@@ -259,8 +279,9 @@ struct VerifyCase {
   void plant_peaks(const std::vector<std::vector<int64_t>>& key_rows, double height = 0) {
     TREEMLA_CHECK(spec.peaks, "plant_peaks needs a case built with spec.peaks = true");
     TREEMLA_CHECK(peak_rows.empty(), "plant_peaks may be called once per case");
-    TREEMLA_CHECK(static_cast<int>(key_rows.size()) == batch,
-                  "plant_peaks: key_rows has " << key_rows.size() << " lists for a batch of " << batch);
+    TREEMLA_CHECK(
+        static_cast<int>(key_rows.size()) == batch,
+        "plant_peaks: key_rows has " << key_rows.size() << " lists for a batch of " << batch);
     TREEMLA_CHECK(spec.sm_scale > 0, "plant_peaks needs sm_scale > 0, got " << spec.sm_scale);
     std::mt19937 rng(seed ^ 0x2545f491u);
     for (int b = 0; b < batch; ++b) {
@@ -269,21 +290,30 @@ struct VerifyCase {
       rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
       const int64_t n_kv = static_cast<int64_t>(prefix_lens[b]) + q_len(b);
       for (int64_t t : rows)
-        TREEMLA_CHECK(t >= 0 && t < n_kv, "plant_peaks: key row " << t << " of request " << b << " is outside [0, "
-                                                                  << n_kv << ")");
+        TREEMLA_CHECK(t >= 0 && t < n_kv, "plant_peaks: key row " << t << " of request " << b
+                                                                  << " is outside [0, " << n_kv
+                                                                  << ")");
       peak_rows.push_back(rows);
       plant_request_peaks(b, rows, height > 0 ? height : std::log(static_cast<double>(n_kv)), rng);
     }
   }
 
  private:
-  void store(std::vector<uint8_t>& buf, int64_t i, float v) { store_from_float(buf.data(), i, spec.dtype, v); }
+  void store(std::vector<uint8_t>& buf, int64_t i, float v) {
+    store_from_float(buf.data(), i, spec.dtype, v);
+  }
 
   void poison_element(int64_t i) {  // quiet NaN with a payload, so it survives any conversion
     switch (spec.dtype) {
-      case DType::kBF16: reinterpret_cast<uint16_t*>(kv_cache.data())[i] = 0x7fc1; break;
-      case DType::kFP16: reinterpret_cast<uint16_t*>(kv_cache.data())[i] = 0x7e01; break;
-      default: reinterpret_cast<uint32_t*>(kv_cache.data())[i] = 0x7fc00001u; break;
+      case DType::kBF16:
+        reinterpret_cast<uint16_t*>(kv_cache.data())[i] = 0x7fc1;
+        break;
+      case DType::kFP16:
+        reinterpret_cast<uint16_t*>(kv_cache.data())[i] = 0x7e01;
+        break;
+      default:
+        reinterpret_cast<uint32_t*>(kv_cache.data())[i] = 0x7fc00001u;
+        break;
     }
   }
 
@@ -294,17 +324,22 @@ struct VerifyCase {
     return parity ? -1.0 : 1.0;
   }
 
-  float load(const std::vector<uint8_t>& buf, int64_t i) const { return load_as_float(buf.data(), i, spec.dtype); }
+  float load(const std::vector<uint8_t>& buf, int64_t i) const {
+    return load_as_float(buf.data(), i, spec.dtype);
+  }
 
-  void plant_request_peaks(int b, const std::vector<int64_t>& rows, double height, std::mt19937& rng) {
+  void plant_request_peaks(int b, const std::vector<int64_t>& rows, double height,
+                           std::mt19937& rng) {
     const int64_t prefix = prefix_lens[b];
     int P = 0;  // rows is sorted: the prefix peaks come first, peak k has code k % 64
     while (P < static_cast<int>(rows.size()) && rows[P] < prefix) ++P;
     for (size_t k = 0; k < rows.size(); ++k) {
       const int64_t base = kv_index(b, rows[k]);
       for (int c = 0; c < kHeadDimV; ++c)
-        store(kv_cache, base + c, static_cast<float>(-v_offset[c] + 0.5 * rand_value(rng, ValueDist::kUniform)));
-      for (int j = 0; j < 64; ++j) store(kv_cache, base + kHeadDimV + j, static_cast<float>(2 * hadamard(k % 64, j)));
+        store(kv_cache, base + c,
+              static_cast<float>(-v_offset[c] + 0.5 * rand_value(rng, ValueDist::kUniform)));
+      for (int j = 0; j < 64; ++j)
+        store(kv_cache, base + kHeadDimV + j, static_cast<float>(2 * hadamard(k % 64, j)));
     }
     const int H = num_heads, R = q_len(b) * H;
     std::vector<int> peaked;  // query rows r of the request that get peaks
@@ -319,7 +354,8 @@ struct VerifyCase {
       std::vector<int64_t> held(64, -1);  // code -> the first of this row's peaks with that code
       for (int k = 0; k < static_cast<int>(rows.size()); ++k) {
         const int64_t j = rows[k] - prefix;  // tail node of a tail peak
-        const bool mine = k < P ? k % G == static_cast<int>(i) % G : ((mask[j / 64] >> (j % 64)) & 1u) != 0;
+        const bool mine =
+            k < P ? k % G == static_cast<int>(i) % G : ((mask[j / 64] >> (j % 64)) & 1u) != 0;
         if (mine && held[k % 64] < 0) held[k % 64] = rows[k];
       }
       if (std::count(held.begin(), held.end(), -1) == 64) continue;
@@ -390,7 +426,8 @@ struct VerifyCase {
     const int32_t filler_page = spec.poison ? kPoisonPageIndex : 0;
     page_table.assign(static_cast<size_t>(batch) * page_table_stride, filler_page);
     for (int b = 0, next = 0; b < batch; ++b)
-      for (int j = 0; j < pages_needed[b]; ++j) page_table[static_cast<size_t>(b) * page_table_stride + j] = perm[next++];
+      for (int j = 0; j < pages_needed[b]; ++j)
+        page_table[static_cast<size_t>(b) * page_table_stride + j] = perm[next++];
 
     const double q_gain = spec.q_scale;
     q.assign(static_cast<size_t>(total_q) * num_heads * kHeadDimQK * esize, 0);
@@ -402,7 +439,8 @@ struct VerifyCase {
     slot_used.assign(static_cast<size_t>(slots), 0);
     v_offset.clear();
     if (spec.peaks)
-      for (int c = 0; c < kHeadDimV; ++c) v_offset.push_back(2 * rand_value(rng, ValueDist::kUniform));
+      for (int c = 0; c < kHeadDimV; ++c)
+        v_offset.push_back(2 * rand_value(rng, ValueDist::kUniform));
     static const double kMagnitudes[4] = {0.25, 0.5, 1.0, 2.0};
     for (int b = 0; b < batch; ++b) {
       const int64_t rows = static_cast<int64_t>(prefix_lens[b]) + qlens[b];
@@ -413,10 +451,12 @@ struct VerifyCase {
           const double m = kMagnitudes[rng() % 4];
           for (int c = 0; c < kHeadDimQK; ++c) {
             const double noise = rand_value(rng, spec.dist);
-            store(kv_cache, base + c, static_cast<float>(c < kHeadDimV ? v_offset[c] + m * noise : noise));
+            store(kv_cache, base + c,
+                  static_cast<float>(c < kHeadDimV ? v_offset[c] + m * noise : noise));
           }
         } else {
-          for (int c = 0; c < kHeadDimQK; ++c) store(kv_cache, base + c, static_cast<float>(rand_value(rng, spec.dist)));
+          for (int c = 0; c < kHeadDimQK; ++c)
+            store(kv_cache, base + c, static_cast<float>(rand_value(rng, spec.dist)));
         }
       }
     }
@@ -426,8 +466,10 @@ struct VerifyCase {
       if (slot_used[slot]) continue;
       for (int c = 0; c < kHeadDimQK; ++c) {
         const int64_t i = slot * kHeadDimQK + c;
-        if (spec.poison) poison_element(i);
-        else store(kv_cache, i, static_cast<float>(rand_value(filler_rng, spec.dist)));
+        if (spec.poison)
+          poison_element(i);
+        else
+          store(kv_cache, i, static_cast<float>(rand_value(filler_rng, spec.dist)));
       }
     }
   }

@@ -15,8 +15,8 @@
 #include "common/compare.h"
 #include "common/row_check.h"
 #include "common/verify_case.h"
-#include "treemla/cuda/check.h"
 #include "cuda/common/verify_kernel_params.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/verify.h"
 
 namespace treemla::test {
@@ -34,10 +34,14 @@ struct DeviceBuffer {
   T* ptr = nullptr;
   size_t count = 0;
   DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : count(n) { TREEMLA_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceBuffer(size_t n) : count(n) {
+    TREEMLA_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)));
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
   void upload(const void* src, size_t bytes) {
     ASSERT_LE(bytes, count * sizeof(T));
     TREEMLA_CUDA_CHECK(cudaMemcpy(ptr, src, bytes, cudaMemcpyHostToDevice));
@@ -61,8 +65,8 @@ struct DeviceCase {
   DeviceBuffer<float> lse;
   VerifyParams p;
 
-  DeviceCase(const VerifyCase& c, size_t q_bytes_cap = 0, size_t kv_bytes_cap = 0, int num_pages_cap_ = 0,
-             int stride_cap_ = 0, int total_q_cap = 0)
+  DeviceCase(const VerifyCase& c, size_t q_bytes_cap = 0, size_t kv_bytes_cap = 0,
+             int num_pages_cap_ = 0, int stride_cap_ = 0, int total_q_cap = 0)
       : num_pages_cap(std::max(num_pages_cap_, c.num_pages)),
         stride_cap(std::max(stride_cap_, c.page_table_stride)),
         words_cap(c.mask_words),
@@ -72,7 +76,8 @@ struct DeviceCase {
         prefix_lens(c.batch),
         q_indptr(c.batch + 1),
         mask(size_t(std::max(total_q_cap, c.total_q)) * c.mask_words),
-        o(size_t(std::max(total_q_cap, c.total_q)) * c.num_heads * kHeadDimV * dtype_size(c.spec.dtype)),
+        o(size_t(std::max(total_q_cap, c.total_q)) * c.num_heads * kHeadDimV *
+          dtype_size(c.spec.dtype)),
         lse(size_t(std::max(total_q_cap, c.total_q)) * c.num_heads) {
     load(c);
   }
@@ -85,7 +90,8 @@ struct DeviceCase {
     kv.upload(c.kv_cache.data(), c.kv_cache.size());
     std::vector<int32_t> pt(size_t(c.batch) * stride_cap, kPoisonPageIndex);
     for (int b = 0; b < c.batch; ++b)
-      std::memcpy(&pt[size_t(b) * stride_cap], &c.page_table[size_t(b) * c.page_table_stride], c.page_table_stride * 4);
+      std::memcpy(&pt[size_t(b) * stride_cap], &c.page_table[size_t(b) * c.page_table_stride],
+                  c.page_table_stride * 4);
     page_table.upload(pt.data(), pt.size() * 4);
     prefix_lens.upload(c.prefix_lens.data(), c.prefix_lens.size() * 4);
     q_indptr.upload(c.q_indptr.data(), c.q_indptr.size() * 4);
@@ -153,7 +159,8 @@ inline std::vector<GpuConfig> configs_to_test() {
   return out;
 }
 
-inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg, VerifyPart part) {
+inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg,
+                         VerifyPart part) {
   d.p.part = part;
   cuda::VerifyLimits lim{c.batch, std::max(1, c.total_q), c.num_heads};
   const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
@@ -171,12 +178,15 @@ inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cf
 // The double reference (cpu::verify_full) with the per-row bounds a GPU result must meet.
 using CpuResult = Reference;
 
-inline CpuResult run_reference(const VerifyCase& c, VerifyPart part) { return reference_with_bounds(c.params(part)); }
+inline CpuResult run_reference(const VerifyCase& c, VerifyPart part) {
+  return reference_with_bounds(c.params(part));
+}
 
 // inf/NaN positions first, then every (node, head) row within its derived bounds (row_check.h:
 // kBoundFactor times the same-precision baseline's error plus unit-roundoff floors); the message
 // names the worst row and its worst element.
-inline ::testing::AssertionResult matches(const GpuResult& g, const CpuResult& r, const VerifyCase& c) {
+inline ::testing::AssertionResult matches(const GpuResult& g, const CpuResult& r,
+                                          const VerifyCase& c) {
   ::testing::AssertionResult res = rows_within_bounds(g.o, g.lse, r, c.num_heads);
   if (!res) res << "\n  case: " << c.describe();
   return res;
@@ -188,21 +198,24 @@ inline ::testing::AssertionResult matches(const GpuResult& g, const CpuResult& r
 // [s * pblocks / splits, (s + 1) * pblocks / splits), so returns, per request, the first logical
 // row 32 * (s * pblocks / splits) of each split s = 1 .. splits - 1 (empty: one split).
 // The only place in the tests that knows the schedule's layout: adapt it here when that changes.
-inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d, const cuda::VerifyPlan& plan, void* ws) {
+inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d,
+                                                             const cuda::VerifyPlan& plan,
+                                                             void* ws) {
   constexpr int64_t kScheduleBlockRows = 32;
   cuda::verify_schedule(d.p, plan, ws, 0);
   cuda::check_status(plan, ws, 0);
-  const cuda::WorkspaceLayout layout = cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
+  const cuda::WorkspaceLayout layout =
+      cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
   std::vector<cuda::RequestSched> sched(static_cast<size_t>(d.p.batch));
   TREEMLA_CUDA_CHECK(cudaMemcpy(sched.data(), static_cast<const uint8_t*>(ws) + layout.sched,
                                 sched.size() * sizeof(cuda::RequestSched), cudaMemcpyDeviceToHost));
   std::vector<std::vector<int64_t>> out(sched.size());
   for (size_t b = 0; b < sched.size(); ++b) {
     const cuda::RequestSched& rs = sched[b];
-    for (int64_t s = 1; s < rs.splits; ++s) out[b].push_back(kScheduleBlockRows * (s * rs.pblocks / rs.splits));
+    for (int64_t s = 1; s < rs.splits; ++s)
+      out[b].push_back(kScheduleBlockRows * (s * rs.pblocks / rs.splits));
   }
   return out;
 }
-
 
 }  // namespace treemla::test

@@ -14,7 +14,8 @@ constexpr int kNoGpuExitCode = 77;
 
 int main(int argc, char** argv) {
   bool listing = false;
-  for (int i = 1; i < argc; ++i) listing = listing || std::strcmp(argv[i], "--gtest_list_tests") == 0;
+  for (int i = 1; i < argc; ++i)
+    listing = listing || std::strcmp(argv[i], "--gtest_list_tests") == 0;
   if (!listing) {
     int devices = 0;
     const cudaError_t e = cudaGetDeviceCount(&devices);

@@ -72,13 +72,16 @@ struct MoveRunner {
   DeviceBuffer<uint8_t> ws{cuda::kMoveWorkspaceBytes};
   MoveRunner() { TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0, cuda::kMoveWorkspaceBytes)); }
   template <class Move>
-  void apply(const cuda::DeviceCache& c, const std::vector<Move>& moves, const std::vector<int32_t>& waves) {
+  void apply(const cuda::DeviceCache& c, const std::vector<Move>& moves,
+             const std::vector<int32_t>& waves) {
     DeviceBuffer<Move> dm(moves.size());
     DeviceBuffer<int32_t> dw(waves.size());
     upload(dm, moves), upload(dw, waves);
     const int32_t n = int32_t(moves.size()), w = int32_t(waves.size()) - 1;
-    if constexpr (std::is_same_v<Move, PageMove>) cuda::apply_page_moves({c, dm.ptr, dw.ptr, n, w}, ws.ptr, 0);
-    else cuda::apply_row_moves({c, dm.ptr, dw.ptr, n, w}, ws.ptr, 0);
+    if constexpr (std::is_same_v<Move, PageMove>)
+      cuda::apply_page_moves({c, dm.ptr, dw.ptr, n, w}, ws.ptr, 0);
+    else
+      cuda::apply_row_moves({c, dm.ptr, dw.ptr, n, w}, ws.ptr, 0);
     cuda::check_move_status(ws.ptr, 0);
   }
 };
@@ -88,15 +91,20 @@ struct CachePair {
   PoolConfig cfg;
   std::vector<uint8_t> mirror;
   DeviceBuffer<uint8_t> dev;
-  explicit CachePair(const PoolConfig& c) : cfg(c), mirror(size_t(c.page_bytes()) * c.num_pages), dev(mirror.size()) {
-    for (size_t r = 0; r < mirror.size() / kRowBytes; ++r) fill_row(&mirror[r * kRowBytes], kPoisonTag + r);
+  explicit CachePair(const PoolConfig& c)
+      : cfg(c), mirror(size_t(c.page_bytes()) * c.num_pages), dev(mirror.size()) {
+    for (size_t r = 0; r < mirror.size() / kRowBytes; ++r)
+      fill_row(&mirror[r * kRowBytes], kPoisonTag + r);
     upload(dev, mirror);
   }
   cuda::DeviceCache desc() { return cuda::device_cache(cfg, dev.ptr); }
-  size_t offset(kvpool::RowSlot s) const { return (size_t(s.page) * cfg.page_size + s.slot) * kRowBytes; }
+  size_t offset(kvpool::RowSlot s) const {
+    return (size_t(s.page) * cfg.page_size + s.slot) * kRowBytes;
+  }
   void write_row(kvpool::RowSlot s, uint64_t tag) { fill_row(&mirror[offset(s)], tag); }
   void push_rows(size_t begin, size_t bytes) {  // mirror -> device
-    TREEMLA_CUDA_CHECK(cudaMemcpy(dev.ptr + begin, mirror.data() + begin, bytes, cudaMemcpyHostToDevice));
+    TREEMLA_CUDA_CHECK(
+        cudaMemcpy(dev.ptr + begin, mirror.data() + begin, bytes, cudaMemcpyHostToDevice));
   }
   ::testing::AssertionResult device_matches() const {
     const std::vector<uint8_t> got = dev.download();
@@ -104,9 +112,10 @@ struct CachePair {
     size_t i = 0;
     while (got[i] == mirror[i]) ++i;
     const size_t row = i / kRowBytes;
-    return ::testing::AssertionFailure() << "device cache differs from the host reference at byte " << i << " (page "
-                                         << row / cfg.page_size << ", slot " << row % cfg.page_size << ", byte "
-                                         << i % kRowBytes << ")";
+    return ::testing::AssertionFailure()
+           << "device cache differs from the host reference at byte " << i << " (page "
+           << row / cfg.page_size << ", slot " << row % cfg.page_size << ", byte " << i % kRowBytes
+           << ")";
   }
 };
 
@@ -135,7 +144,8 @@ Tree random_tree(int n, std::mt19937& rng) {
       std::sort(l.rbegin(), l.rend());
       for (int r = 0; r < k; ++r) toks[size_t(d) * k + r] = perm[r], lp[size_t(d) * k + r] = l[r];
     }
-    tree::DDTree dd = tree::build_ddtree({depth, k, toks, lp}, 7, std::min(n - 1, tree::kMaxBudget), depth);
+    tree::DDTree dd =
+        tree::build_ddtree({depth, k, toks, lp}, 7, std::min(n - 1, tree::kMaxBudget), depth);
     t.parents = dd.parents;
     t.tokens = dd.tokens;
     n = dd.size();
@@ -144,10 +154,14 @@ Tree random_tree(int n, std::mt19937& rng) {
     t.tokens.resize(n);
     const int window = 1 + int(rng() % 40);
     for (int i = 1; i < n; ++i) {
-      if (kind == 0) t.parents[i] = i - 1;                                 // chain
-      else if (kind == 1) t.parents[i] = 0;                                // star
-      else if (kind == 2) t.parents[i] = int(rng() % i);                   // uniform
-      else t.parents[i] = std::max(0, i - 1 - int(rng() % window));       // local, deep
+      if (kind == 0)
+        t.parents[i] = i - 1;  // chain
+      else if (kind == 1)
+        t.parents[i] = 0;  // star
+      else if (kind == 2)
+        t.parents[i] = int(rng() % i);  // uniform
+      else
+        t.parents[i] = std::max(0, i - 1 - int(rng() % window));  // local, deep
     }
     for (int i = 0; i < n; ++i) t.tokens[i] = int(rng() % vocab);
   }
@@ -156,7 +170,8 @@ Tree random_tree(int n, std::mt19937& rng) {
   const double follow = std::uniform_real_distribution<double>(0.3, 1.0)(rng);
   t.targets.resize(n);
   for (int u = 0; u < n; ++u) {
-    const bool f = !children[u].empty() && std::uniform_real_distribution<double>(0, 1)(rng) < follow;
+    const bool f =
+        !children[u].empty() && std::uniform_real_distribution<double>(0, 1)(rng) < follow;
     t.targets[u] = f ? t.tokens[children[u][rng() % children[u].size()]] : int(rng() % (vocab + 1));
   }
   return t;
@@ -168,8 +183,16 @@ struct DeviceTrees {
   int batch, max_accept;
   DeviceBuffer<int32_t> indptr, parents, tokens, targets, accepted, len, bonus, status;
   DeviceTrees(int batch_, int max_accept_, int total_cap)
-      : batch(batch_), max_accept(max_accept_), indptr(batch_ + 1), parents(total_cap), tokens(total_cap),
-        targets(total_cap), accepted(size_t(batch_) * max_accept_), len(batch_), bonus(batch_), status(batch_) {}
+      : batch(batch_),
+        max_accept(max_accept_),
+        indptr(batch_ + 1),
+        parents(total_cap),
+        tokens(total_cap),
+        targets(total_cap),
+        accepted(size_t(batch_) * max_accept_),
+        len(batch_),
+        bonus(batch_),
+        status(batch_) {}
   void load(const std::vector<Tree>& trees) {
     std::vector<int32_t> ip{0}, pa, to, ta;
     for (const Tree& t : trees) {
@@ -184,11 +207,13 @@ struct DeviceTrees {
     upload(targets, ta);
   }
   cuda::AcceptParams params() {
-    return {batch, max_accept, indptr.ptr, parents.ptr, tokens.ptr, targets.ptr, accepted.ptr, len.ptr, bonus.ptr, status.ptr};
+    return {batch,       max_accept,   indptr.ptr, parents.ptr, tokens.ptr,
+            targets.ptr, accepted.ptr, len.ptr,    bonus.ptr,   status.ptr};
   }
   // Compares the device outputs with tree::accept_path cut to max_accept nodes.
   void expect_matches_host(const std::vector<Tree>& trees) const {
-    const auto acc = accepted.download(), ln = len.download(), bo = bonus.download(), st = status.download();
+    const auto acc = accepted.download(), ln = len.download(), bo = bonus.download(),
+               st = status.download();
     for (int b = 0; b < batch; ++b) {
       const Tree& t = trees[b];
       tree::Acceptance want = tree::accept_path(t.parents, t.tokens, t.targets);
@@ -199,8 +224,11 @@ struct DeviceTrees {
       std::vector<int32_t> row(want.nodes);
       row.resize(max_accept, -1);
       ASSERT_EQ(st[b], 0) << "request " << b;
-      ASSERT_EQ(ln[b], int(want.nodes.size())) << "request " << b << " of " << t.parents.size() << " nodes";
-      ASSERT_EQ(std::vector<int32_t>(acc.begin() + size_t(b) * max_accept, acc.begin() + size_t(b + 1) * max_accept), row)
+      ASSERT_EQ(ln[b], int(want.nodes.size()))
+          << "request " << b << " of " << t.parents.size() << " nodes";
+      ASSERT_EQ(std::vector<int32_t>(acc.begin() + size_t(b) * max_accept,
+                                     acc.begin() + size_t(b + 1) * max_accept),
+                row)
           << "request " << b;
       ASSERT_EQ(bo[b], want.bonus_token) << "request " << b;
     }
@@ -217,7 +245,10 @@ TEST(KvPoolGpu, AcceptMatchesHostOnRandomTrees) {
     int total = 0;
     for (int b = 0; b < batch; ++b) {
       const int r = int(rng() % 10);
-      const int n = r == 0 ? 1 : r == 1 ? kMaxTreeNodes : r < 5 ? 2 + int(rng() % 64) : 2 + int(rng() % 1023);
+      const int n = r == 0   ? 1
+                    : r == 1 ? kMaxTreeNodes
+                    : r < 5  ? 2 + int(rng() % 64)
+                             : 2 + int(rng() % 1023);
       trees.push_back(random_tree(n, rng));
       total += int(trees.back().parents.size());
     }
@@ -268,11 +299,13 @@ TEST(KvPoolGpu, AcceptFlagsBadTrees) {
   cuda::accept_paths(d.params(), 0);
   TREEMLA_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(d.status.download(), (std::vector<int32_t>{0, int(cuda::KvStatus::kBadParents),
-                                                       int(cuda::KvStatus::kBadParents), int(cuda::KvStatus::kBadTreeSize)}));
+                                                       int(cuda::KvStatus::kBadParents),
+                                                       int(cuda::KvStatus::kBadTreeSize)}));
   EXPECT_EQ(d.len.download(), (std::vector<int32_t>{3, 0, 0, 0}));
   EXPECT_EQ(d.bonus.download(), (std::vector<int32_t>{3, -1, -1, -1}));
   const auto acc = d.accepted.download();
-  EXPECT_EQ(std::vector<int32_t>(acc.begin(), acc.begin() + 4), (std::vector<int32_t>{0, 1, 2, -1}));
+  EXPECT_EQ(std::vector<int32_t>(acc.begin(), acc.begin() + 4),
+            (std::vector<int32_t>{0, 1, 2, -1}));
   EXPECT_TRUE(std::all_of(acc.begin() + 4, acc.end(), [](int32_t x) { return x == -1; }));
 }
 
@@ -281,31 +314,38 @@ TEST(KvPoolGpu, AcceptFlagsBadTrees) {
 // Random waves: destinations distinct within a wave and never a source of the same wave, sources
 // anywhere (so later waves read what earlier ones wrote). Mostly single moves, some large waves.
 template <class Move, class MakeUnit>
-void random_waves(int num_units, int num_waves, std::mt19937& rng, MakeUnit unit, std::vector<Move>& moves,
-                  std::vector<int32_t>& offsets) {
+void random_waves(int num_units, int num_waves, std::mt19937& rng, MakeUnit unit,
+                  std::vector<Move>& moves, std::vector<int32_t>& offsets) {
   std::vector<int32_t> perm(num_units);
   std::iota(perm.begin(), perm.end(), 0);
   offsets = {0};
   for (int w = 0; w < num_waves; ++w) {
     const int r = int(rng() % 10);
     const int size = r < 6 ? 1 : r < 9 ? 1 + int(rng() % 40) : 1 + int(rng() % (num_units / 2));
-    std::shuffle(perm.begin(), perm.end(), rng);  // first `size`: destinations; sources from the rest
-    for (int i = 0; i < size; ++i) moves.push_back({unit(perm[size + rng() % (num_units - size)]), unit(perm[i])});
+    std::shuffle(perm.begin(), perm.end(),
+                 rng);  // first `size`: destinations; sources from the rest
+    for (int i = 0; i < size; ++i)
+      moves.push_back({unit(perm[size + rng() % (num_units - size)]), unit(perm[i])});
     offsets.push_back(int32_t(moves.size()));
   }
 }
 
 TEST(KvPoolGpu, PageMovesRandomWavesMatchSequential) {
   REQUIRE_GPU();
-  struct Shape { int page_size, num_pages, num_waves; };
+  struct Shape {
+    int page_size, num_pages, num_waves;
+  };
   uint32_t seed = 10;
-  for (Shape s : {Shape{1, 4096, 3000}, Shape{1, 2048, 60000}, Shape{16, 512, 800}, Shape{64, 256, 1500}, Shape{128, 96, 300}}) {
-    SCOPED_TRACE("page_size " + std::to_string(s.page_size) + " waves " + std::to_string(s.num_waves));
+  for (Shape s : {Shape{1, 4096, 3000}, Shape{1, 2048, 60000}, Shape{16, 512, 800},
+                  Shape{64, 256, 1500}, Shape{128, 96, 300}}) {
+    SCOPED_TRACE("page_size " + std::to_string(s.page_size) + " waves " +
+                 std::to_string(s.num_waves));
     std::mt19937 rng(seed++);
     CachePair c({s.num_pages, s.page_size, kRowWidth, kElem, FreePolicy::kAsFreed});
     std::vector<PageMove> moves;
     std::vector<int32_t> offsets;
-    random_waves<PageMove>(s.num_pages, s.num_waves, rng, [](int32_t p) { return p; }, moves, offsets);
+    random_waves<PageMove>(
+        s.num_pages, s.num_waves, rng, [](int32_t p) { return p; }, moves, offsets);
     kvpool::apply_page_moves(c.cfg, moves, c.mirror.data());
     MoveRunner().apply(c.desc(), moves, offsets);
     EXPECT_TRUE(c.device_matches());
@@ -321,7 +361,8 @@ TEST(KvPoolGpu, PageMovesLongChainsAcrossCtas) {
     CachePair c({np, ps, kRowWidth, kElem, FreePolicy::kAsFreed});
     std::vector<PageMove> moves;
     std::vector<int32_t> offsets{0};
-    for (int p = 1; p < np; ++p) moves.push_back({p, p - 1}), offsets.push_back(int32_t(moves.size()));
+    for (int p = 1; p < np; ++p)
+      moves.push_back({p, p - 1}), offsets.push_back(int32_t(moves.size()));
     // then one wide wave moving every other page back up
     for (int p = 0; p + 1 < np; p += 2) moves.push_back({p, p + 1});
     offsets.push_back(int32_t(moves.size()));
@@ -340,7 +381,12 @@ TEST(KvPoolGpu, RowMovesRandomWavesMatchSequential) {
     CachePair c({np, ps, kRowWidth, kElem, FreePolicy::kAsFreed});
     std::vector<RowMove> moves;
     std::vector<int32_t> offsets;
-    random_waves<RowMove>(np * ps, 2500, rng, [ps](int32_t r) { return kvpool::RowSlot{r / ps, r % ps}; }, moves, offsets);
+    random_waves<RowMove>(
+        np * ps, 2500, rng,
+        [ps](int32_t r) {
+          return kvpool::RowSlot{r / ps, r % ps};
+        },
+        moves, offsets);
     kvpool::apply_row_moves(c.cfg, moves, c.mirror.data());
     MoveRunner().apply(c.desc(), moves, offsets);
     EXPECT_TRUE(c.device_matches()) << "page_size " << ps;
@@ -376,8 +422,9 @@ TEST(KvPoolGpu, PageTableUpdates) {
   std::vector<int32_t> table(rows * stride, -7);
   DeviceBuffer<int32_t> dt(table.size());
   upload(dt, table);
-  const std::vector<kvpool::PageTableUpdate> ups{{11, {4, 5, 6}}, {12, {}}, {13, {1, 2, 3, 4, 5, 6}},
-                                                 {14, {1, 50}}, {15, {9}}, {16, {1, 2, 3, 4, 5, 6, 7}}};
+  const std::vector<kvpool::PageTableUpdate> ups{
+      {11, {4, 5, 6}}, {12, {}},  {13, {1, 2, 3, 4, 5, 6}},
+      {14, {1, 50}},   {15, {9}}, {16, {1, 2, 3, 4, 5, 6, 7}}};
   const std::map<int64_t, int32_t> row_of{{11, 0}, {12, 1}, {13, 2}, {14, 3}, {15, 9}, {16, 4}};
   const cuda::PageTableUpdateImage img =
       cuda::flatten_page_table_updates(ups, [&](int64_t id) { return row_of.at(id); });
@@ -386,9 +433,11 @@ TEST(KvPoolGpu, PageTableUpdates) {
   upload(o, img.offsets);
   upload(p, img.pages);
   MoveRunner run;
-  cuda::update_page_tables({dt.ptr, rows, stride, np, r.ptr, o.ptr, p.ptr, img.num_updates()}, run.ws.ptr, 0);
+  cuda::update_page_tables({dt.ptr, rows, stride, np, r.ptr, o.ptr, p.ptr, img.num_updates()},
+                           run.ws.ptr, 0);
   // Update 3 holds page 50 (= num_pages), 4 targets row 9, 5 is longer than the stride: skipped.
-  expect_error([&] { cuda::check_move_status(run.ws.ptr, 0); }, "update_page_tables skipped update");
+  expect_error([&] { cuda::check_move_status(run.ws.ptr, 0); },
+               "update_page_tables skipped update");
   std::copy_n(std::vector<int32_t>{4, 5, 6}.begin(), 3, table.begin());
   std::copy_n(std::vector<int32_t>{1, 2, 3, 4, 5, 6}.begin(), 6, table.begin() + 2 * stride);
   EXPECT_EQ(dt.download(), table);
@@ -404,21 +453,35 @@ TEST(KvPoolGpu, BadScalarArgumentsThrow) {
   expect_error([&] { cuda::apply_page_moves({c, moves, i32.ptr, -1, 0}, ws.ptr, 0); }, "num_moves");
   cuda::DeviceCache bad = c;
   bad.page_size = 3;
-  expect_error([&] { cuda::apply_page_moves({bad, moves, i32.ptr, 1, 1}, ws.ptr, 0); }, "page_size");
+  expect_error(
+      [&] {
+        cuda::apply_page_moves({bad, moves, i32.ptr, 1, 1}, ws.ptr, 0);
+      },
+      "page_size");
   bad = c;
   bad.row_width = 575;
-  expect_error([&] { cuda::apply_page_moves({bad, moves, i32.ptr, 1, 1}, ws.ptr, 0); }, "multiple of 16");
+  expect_error(
+      [&] {
+        cuda::apply_page_moves({bad, moves, i32.ptr, 1, 1}, ws.ptr, 0);
+      },
+      "multiple of 16");
   bad = c;
   bad.num_pages = 0;
-  expect_error([&] { cuda::apply_page_moves({bad, moves, i32.ptr, 1, 1}, ws.ptr, 0); }, "num_pages");
-  cuda::AcceptParams ap{1, 0, i32.ptr, i32.ptr, i32.ptr, i32.ptr, i32.ptr, i32.ptr, i32.ptr, nullptr};
+  expect_error(
+      [&] {
+        cuda::apply_page_moves({bad, moves, i32.ptr, 1, 1}, ws.ptr, 0);
+      },
+      "num_pages");
+  cuda::AcceptParams ap{1,       0,       i32.ptr, i32.ptr, i32.ptr,
+                        i32.ptr, i32.ptr, i32.ptr, i32.ptr, nullptr};
   expect_error([&] { cuda::accept_paths(ap, 0); }, "max_accept");
   ap.max_accept = kMaxTreeNodes + 1;
   expect_error([&] { cuda::accept_paths(ap, 0); }, "max_accept");
   ap.max_accept = 4;
   ap.batch = 0;
   expect_error([&] { cuda::accept_paths(ap, 0); }, "batch");
-  cuda::CommitParams cp{c, 1, 4, -1, i32.ptr, i32.ptr, i32.ptr, i32.ptr, i32.ptr, nullptr};  // 0 is valid
+  cuda::CommitParams cp{c,       1,       4,       -1,      i32.ptr,
+                        i32.ptr, i32.ptr, i32.ptr, i32.ptr, nullptr};  // 0 is valid
   expect_error([&] { cuda::commit_accepted(cp, 0); }, "page_table_stride");
   cp.page_table_stride = 2;
   cp.new_seq_lens = nullptr;
@@ -430,11 +493,15 @@ TEST(KvPoolGpu, BadScalarArgumentsThrow) {
 // ---- device-driven commit ----------------------------------------------------------------------
 
 // Rows [prefix + accepted[k]] -> [prefix + k] in increasing k on the host mirror (the spec).
-void host_commit(CachePair& c, const std::vector<int32_t>& table_row, int64_t prefix, std::span<const int32_t> acc) {
-  auto slot = [&](int64_t row) { return kvpool::RowSlot{table_row[row / c.cfg.page_size], int32_t(row % c.cfg.page_size)}; };
+void host_commit(CachePair& c, const std::vector<int32_t>& table_row, int64_t prefix,
+                 std::span<const int32_t> acc) {
+  auto slot = [&](int64_t row) {
+    return kvpool::RowSlot{table_row[row / c.cfg.page_size], int32_t(row % c.cfg.page_size)};
+  };
   for (size_t k = 1; k < acc.size(); ++k) {
     if (acc[k] == int32_t(k)) continue;
-    std::memcpy(&c.mirror[c.offset(slot(prefix + int64_t(k)))], &c.mirror[c.offset(slot(prefix + acc[k]))], kRowBytes);
+    std::memcpy(&c.mirror[c.offset(slot(prefix + int64_t(k)))],
+                &c.mirror[c.offset(slot(prefix + acc[k]))], kRowBytes);
   }
 }
 
@@ -444,8 +511,9 @@ TEST(KvPoolGpu, CommitRejectsBadInputsAndMovesNothing) {
   CachePair c({np, ps, kRowWidth, kElem, FreePolicy::kAsFreed});
   std::vector<int32_t> table(B * stride), prefix(B, 3), len(B), acc(B * MA, -1);
   for (int i = 0; i < B * stride; ++i) table[i] = (i * 7 + 3) % np;  // 32 distinct scattered pages
-  table[7 * stride + 2] = np;                                           // request 7: a bad page
-  const std::vector<std::vector<int32_t>> paths{{0, 2, 5}, {0}, {0, 1, 2, 3, 4, 5, 6}, {1, 2}, {0, 3, 3}, {0, 1}, {0, 20}, {0, 5}};
+  table[7 * stride + 2] = np;                                        // request 7: a bad page
+  const std::vector<std::vector<int32_t>> paths{
+      {0, 2, 5}, {0}, {0, 1, 2, 3, 4, 5, 6}, {1, 2}, {0, 3, 3}, {0, 1}, {0, 20}, {0, 5}};
   const std::vector<int32_t> lens{3, 0, 7, 2, 3, 2, 2, 2};
   prefix[5] = -1;
   for (int b = 0; b < B; ++b) {
@@ -454,12 +522,15 @@ TEST(KvPoolGpu, CommitRejectsBadInputsAndMovesNothing) {
   }
   DeviceBuffer<int32_t> dt(table.size()), dp(B), dl(B), da(acc.size()), dn(B), ds(B);
   upload(dt, table), upload(dp, prefix), upload(dl, len), upload(da, acc);
-  cuda::commit_accepted({c.desc(), B, MA, stride, dt.ptr, dp.ptr, da.ptr, dl.ptr, dn.ptr, ds.ptr}, 0);
+  cuda::commit_accepted({c.desc(), B, MA, stride, dt.ptr, dp.ptr, da.ptr, dl.ptr, dn.ptr, ds.ptr},
+                        0);
   TREEMLA_CUDA_CHECK(cudaDeviceSynchronize());
   using S = cuda::KvStatus;
-  const std::vector<S> want{S::kOk, S::kBadAcceptLen, S::kBadAcceptLen, S::kBadPath, S::kBadPath, S::kBadPrefixLen, S::kBadPage, S::kBadPage};
+  const std::vector<S> want{S::kOk,      S::kBadAcceptLen, S::kBadAcceptLen, S::kBadPath,
+                            S::kBadPath, S::kBadPrefixLen, S::kBadPage,      S::kBadPage};
   const auto st = ds.download();
-  for (int b = 0; b < B; ++b) EXPECT_EQ(st[b], int(want[b])) << "request " << b << ": " << cuda::kv_status_name(S(st[b]));
+  for (int b = 0; b < B; ++b)
+    EXPECT_EQ(st[b], int(want[b])) << "request " << b << ": " << cuda::kv_status_name(S(st[b]));
   EXPECT_EQ(dn.download(), (std::vector<int32_t>{6, 3, 3, 3, 3, -1, 3, 3}));
   host_commit(c, std::vector<int32_t>(table.begin(), table.begin() + stride), 3, paths[0]);
   EXPECT_TRUE(c.device_matches());
@@ -474,12 +545,16 @@ TEST(KvPoolGpu, CommitGraphReplayMatchesEagerAndHost) {
   const int B = 6, ps = 16, MA = 24, max_q = 40, np = 160, stride = 32, max_prefix = 300;
   CachePair c({np, ps, kRowWidth, kElem, FreePolicy::kAsFreed});
   DeviceTrees d(B, MA, B * max_q);
-  DeviceBuffer<int32_t> dprefix(B), dnew(B), dstatus(B), dtable(B * stride), dacc(B * MA), dlen(B), dnew2(B), dstatus2(B);
+  DeviceBuffer<int32_t> dprefix(B), dnew(B), dstatus(B), dtable(B * stride), dacc(B * MA), dlen(B),
+      dnew2(B), dstatus2(B);
   cudaStream_t s;
   // A blocking stream: the synchronous uploads below (legacy default stream) are ordered before it.
   TREEMLA_CUDA_CHECK(cudaStreamCreate(&s));
-  const cuda::CommitParams cp{c.desc(), B, MA, stride, dtable.ptr, dprefix.ptr, d.accepted.ptr, d.len.ptr, dnew.ptr, dstatus.ptr};
-  const cuda::CommitParams cp2{c.desc(), B, MA, stride, dtable.ptr, dprefix.ptr, dacc.ptr, dlen.ptr, dnew2.ptr, dstatus2.ptr};
+  const cuda::CommitParams cp{
+      c.desc(),       B,         MA,       stride,     dtable.ptr, dprefix.ptr,
+      d.accepted.ptr, d.len.ptr, dnew.ptr, dstatus.ptr};
+  const cuda::CommitParams cp2{c.desc(),    B,        MA,       stride,    dtable.ptr,
+                               dprefix.ptr, dacc.ptr, dlen.ptr, dnew2.ptr, dstatus2.ptr};
   cudaGraph_t g1, g2;
   cudaGraphExec_t e1, e2;
   TREEMLA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -504,23 +579,28 @@ TEST(KvPoolGpu, CommitGraphReplayMatchesEagerAndHost) {
       trees.push_back(random_tree(1 + int(rng() % max_q), rng));
       if (round % 4 == 0) {  // a chain accepted whole (cut at MA): identity rows only
         Tree& t = trees[b];
-        for (size_t i = 1; i < t.parents.size(); ++i) t.parents[i] = int32_t(i) - 1, t.targets[i - 1] = t.tokens[i];
+        for (size_t i = 1; i < t.parents.size(); ++i)
+          t.parents[i] = int32_t(i) - 1, t.targets[i - 1] = t.tokens[i];
       }
       prefix[b] = int32_t(rng() % max_prefix);
       const int pages = (prefix[b] + int(trees[b].parents.size()) + ps - 1) / ps;
       for (int k = 0; k < pages; ++k) table[b * stride + k] = perm[used++];
     }
-    for (size_t r = 0; r < c.mirror.size() / kRowBytes; ++r) fill_row(&c.mirror[r * kRowBytes], mix(round) + r);
+    for (size_t r = 0; r < c.mirror.size() / kRowBytes; ++r)
+      fill_row(&c.mirror[r * kRowBytes], mix(round) + r);
     const std::vector<uint8_t> base = c.mirror;
     // Host reference for the graph with device acceptance, and random cuts for the second graph.
     std::vector<int32_t> want_len(B), acc(B * MA, -1), cut_len(B);
     for (int b = 0; b < B; ++b) {
-      std::vector<int32_t> nodes = tree::accept_path(trees[b].parents, trees[b].tokens, trees[b].targets).nodes;
+      std::vector<int32_t> nodes =
+          tree::accept_path(trees[b].parents, trees[b].tokens, trees[b].targets).nodes;
       if (int(nodes.size()) > MA) nodes.resize(MA);
       want_len[b] = int32_t(nodes.size());
       cut_len[b] = 1 + int32_t(rng() % nodes.size());
       std::copy(nodes.begin(), nodes.end(), acc.begin() + b * MA);
-      host_commit(c, std::vector<int32_t>(table.begin() + b * stride, table.begin() + (b + 1) * stride), prefix[b], nodes);
+      host_commit(
+          c, std::vector<int32_t>(table.begin() + b * stride, table.begin() + (b + 1) * stride),
+          prefix[b], nodes);
     }
     const std::vector<uint8_t> want_full = c.mirror;
     d.load(trees);
@@ -550,8 +630,9 @@ TEST(KvPoolGpu, CommitGraphReplayMatchesEagerAndHost) {
     // Second graph: host-written accepted paths of every length.
     c.mirror = base;
     for (int b = 0; b < B; ++b) {
-      host_commit(c, std::vector<int32_t>(table.begin() + b * stride, table.begin() + (b + 1) * stride), prefix[b],
-                  std::span<const int32_t>(acc.data() + b * MA, size_t(cut_len[b])));
+      host_commit(
+          c, std::vector<int32_t>(table.begin() + b * stride, table.begin() + (b + 1) * stride),
+          prefix[b], std::span<const int32_t>(acc.data() + b * MA, size_t(cut_len[b])));
       want_new[b] = prefix[b] + cut_len[b];
     }
     upload(c.dev, base);
@@ -567,7 +648,8 @@ TEST(KvPoolGpu, CommitGraphReplayMatchesEagerAndHost) {
   cudaStreamDestroy(s);
 }
 
-// ---- random operation sequences driven by the host pool ------------------------------------------
+// ---- random operation sequences driven by the host pool
+// ------------------------------------------
 
 // alloc / extend / free / truncate / commit rounds / defrag on a KvPool; every data-moving plan
 // runs on the GPU. Commit rounds take one of three routes: host plans (merged, apply_row_moves),
@@ -589,14 +671,25 @@ struct PoolSim {
   int defrags = 0, moves = 0;
 
   PoolSim(const PoolConfig& cfg, uint32_t seed, int slots, int max_tokens_, int max_q_)
-      : pool(cfg), cache(cfg), rng(seed), max_slots(slots), stride(cfg.num_pages), max_tokens(max_tokens_),
-        max_q(max_q_), table(size_t(slots) * cfg.num_pages) {
+      : pool(cfg),
+        cache(cfg),
+        rng(seed),
+        max_slots(slots),
+        stride(cfg.num_pages),
+        max_tokens(max_tokens_),
+        max_q(max_q_),
+        table(size_t(slots) * cfg.num_pages) {
     for (int s = slots - 1; s >= 0; --s) free_slots.push_back(s);
     TREEMLA_CUDA_CHECK(cudaMemset(table.ptr, 0xff, table.count * 4));
   }
-  int64_t pick() { auto it = tags.begin(); std::advance(it, rng() % tags.size()); return it->first; }
+  int64_t pick() {
+    auto it = tags.begin();
+    std::advance(it, rng() % tags.size());
+    return it->first;
+  }
   bool fits(int64_t id, int64_t extra) {
-    return pool.pages_for(pool.num_tokens(id) + extra) - int64_t(pool.pages(id).size()) <= pool.num_free_pages();
+    return pool.pages_for(pool.num_tokens(id) + extra) - int64_t(pool.pages(id).size()) <=
+           pool.num_free_pages();
   }
   void write_rows(int64_t id, int64_t from, int64_t count) {  // the engine writes new rows
     auto& tg = tags[id];
@@ -616,7 +709,8 @@ struct PoolSim {
   }
   void push_table(int64_t id) {
     const std::vector<int32_t> row = pool.page_table_row(id, stride, -1);
-    TREEMLA_CUDA_CHECK(cudaMemcpy(table.ptr + size_t(slot.at(id)) * stride, row.data(), row.size() * 4, cudaMemcpyHostToDevice));
+    TREEMLA_CUDA_CHECK(cudaMemcpy(table.ptr + size_t(slot.at(id)) * stride, row.data(),
+                                  row.size() * 4, cudaMemcpyHostToDevice));
   }
   void alloc() {
     const int64_t n = rng() % max_tokens;
@@ -649,13 +743,19 @@ struct PoolSim {
     push_table(id);
   }
   void commit() {
-    struct Part { int64_t id, prefix; Tree tree; std::vector<int32_t> acc; };
+    struct Part {
+      int64_t id, prefix;
+      Tree tree;
+      std::vector<int32_t> acc;
+    };
     std::vector<Part> parts;
     for (int i = 0, m = 1 + int(rng() % 4); i < m; ++i) {
       const int64_t id = pick();
       Tree t = random_tree(1 + int(rng() % max_q), rng);
       const int64_t q = int64_t(t.parents.size());
-      if (!fits(id, q) || std::any_of(parts.begin(), parts.end(), [&](const Part& p) { return p.id == id; })) continue;
+      if (!fits(id, q) ||
+          std::any_of(parts.begin(), parts.end(), [&](const Part& p) { return p.id == id; }))
+        continue;
       const int64_t prefix = pool.num_tokens(id);
       pool.extend(id, q);
       write_rows(id, prefix, q);  // the tree tail, node j at row prefix + j
@@ -693,7 +793,8 @@ struct PoolSim {
       DeviceTrees dtr(B, MA, total);
       DeviceBuffer<int32_t> dprefix(B), dacc(acc.size()), dlen(B), dnew(B), dstatus(B);
       upload(dprefix, prefix);
-      cuda::CommitParams cp{cache.desc(), B, MA, stride, table.ptr, dprefix.ptr, dacc.ptr, dlen.ptr, dnew.ptr, dstatus.ptr};
+      cuda::CommitParams cp{cache.desc(), B,        MA,       stride,   table.ptr,
+                            dprefix.ptr,  dacc.ptr, dlen.ptr, dnew.ptr, dstatus.ptr};
       if (route == 2) {
         dtr.load(trees);
         cuda::accept_paths(dtr.params(), 0);
@@ -726,7 +827,8 @@ struct PoolSim {
   void defrag() {
     DefragPlan plan;
     try {
-      plan = rng() % 2 ? pool.defrag() : pool.partial_defrag(int64_t(rng() % (pool.num_used_pages() + 1)));
+      plan = rng() % 2 ? pool.defrag()
+                       : pool.partial_defrag(int64_t(rng() % (pool.num_used_pages() + 1)));
     } catch (const Error&) {
       return;  // a full pool whose plan needs a scratch page: unchanged
     }
@@ -739,7 +841,8 @@ struct PoolSim {
     if (img.num_updates() == 0) return;
     DeviceBuffer<int32_t> r(img.rows.size()), o(img.offsets.size()), p(img.pages.size());
     upload(r, img.rows), upload(o, img.offsets), upload(p, img.pages);
-    cuda::update_page_tables({table.ptr, max_slots, stride, pool.config().num_pages, r.ptr, o.ptr, p.ptr, img.num_updates()},
+    cuda::update_page_tables({table.ptr, max_slots, stride, pool.config().num_pages, r.ptr, o.ptr,
+                              p.ptr, img.num_updates()},
                              run.ws.ptr, 0);
     cuda::check_move_status(run.ws.ptr, 0);
   }
@@ -754,11 +857,14 @@ struct PoolSim {
       ASSERT_EQ(pool.num_tokens(id), int64_t(tg.size()));
       for (size_t t = 0; t < tg.size(); ++t) {
         fill_row(row.data(), tg[t]);
-        ASSERT_EQ(std::memcmp(row.data(), &cache.mirror[cache.offset(pool.locate(id, int64_t(t)))], kRowBytes), 0)
+        ASSERT_EQ(std::memcmp(row.data(), &cache.mirror[cache.offset(pool.locate(id, int64_t(t)))],
+                              kRowBytes),
+                  0)
             << "request " << id << " row " << t << " lost";
       }
       const std::vector<int32_t>& pages = pool.pages(id);
-      ASSERT_TRUE(std::equal(pages.begin(), pages.end(), dev_table.begin() + size_t(slot.at(id)) * stride))
+      ASSERT_TRUE(
+          std::equal(pages.begin(), pages.end(), dev_table.begin() + size_t(slot.at(id)) * stride))
           << "device page table of request " << id;
     }
   }
@@ -771,12 +877,18 @@ void run_sim(int page_size, int num_pages, int ops, uint32_t seed) {
   for (int i = 0; i < ops; ++i) {
     const int r = int(sim.rng() % 100);
     bool moved = false;
-    if (sim.tags.empty() || r < 20) sim.alloc();
-    else if (r < 32) sim.extend();
-    else if (r < 42) sim.release();
-    else if (r < 46) sim.truncate();
-    else if (r < 86) sim.commit(), moved = true;
-    else sim.defrag(), moved = true;
+    if (sim.tags.empty() || r < 20)
+      sim.alloc();
+    else if (r < 32)
+      sim.extend();
+    else if (r < 42)
+      sim.release();
+    else if (r < 46)
+      sim.truncate();
+    else if (r < 86)
+      sim.commit(), moved = true;
+    else
+      sim.defrag(), moved = true;
     if (::testing::Test::HasFailure()) FAIL() << "at operation " << i;
     if (moved) ASSERT_TRUE(sim.cache.device_matches()) << "after operation " << i;
     if (i % 200 == 199) ASSERT_NO_FATAL_FAILURE(sim.check_model()) << "after operation " << i;

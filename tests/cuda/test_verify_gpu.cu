@@ -14,7 +14,6 @@
 namespace treemla::test {
 namespace {
 
-
 void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPart::kAll) {
   VerifyCase c(spec, seed);
   const CpuResult ref = run_reference(c, part);
@@ -128,7 +127,8 @@ TEST(VerifyGpu, MergeOfPartsEqualsWhole) {
   sa.upload(pre.lse.data(), pairs * 4);
   sb.upload(tail.lse.data(), pairs * 4);
   // In place: v = va, s = sa (aliasing is part of the contract).
-  cuda::merge_state(DType::kFP32, va.ptr, sa.ptr, vb.ptr, sb.ptr, va.ptr, sa.ptr, c.total_q, c.num_heads, kHeadDimV, 0);
+  cuda::merge_state(DType::kFP32, va.ptr, sa.ptr, vb.ptr, sb.ptr, va.ptr, sa.ptr, c.total_q,
+                    c.num_heads, kHeadDimV, 0);
   TREEMLA_CUDA_CHECK(cudaDeviceSynchronize());
   GpuResult merged{va.download(), sa.download()};
   EXPECT_TRUE(matches(merged, ref, c));
@@ -151,7 +151,13 @@ TEST(VerifyGpu, MergeStateMatchesCpu) {
     sb[i] = float(10 * rand_value(rng, ValueDist::kUniform));
   }
   // Empty parts: -inf, +inf, NaN, and both empty.
-  sa[0] = -INFINITY; sb[1] = INFINITY; sa[2] = NAN; sa[3] = -INFINITY; sb[3] = -INFINITY; sa[4] = INFINITY; sb[4] = NAN;
+  sa[0] = -INFINITY;
+  sb[1] = INFINITY;
+  sa[2] = NAN;
+  sa[3] = -INFINITY;
+  sb[3] = -INFINITY;
+  sa[4] = INFINITY;
+  sb[4] = NAN;
   for (DType dt : {DType::kFP32, DType::kBF16, DType::kFP16}) {
     SCOPED_TRACE(dtype_name(dt));
     const int es = dtype_size(dt);
@@ -164,14 +170,16 @@ TEST(VerifyGpu, MergeStateMatchesCpu) {
       qb[i] = load_as_float(hb.data(), i, dt);
     }
     std::vector<float> ro(n * dim), rs(n);
-    cpu::merge_state(qa.data(), sa.data(), qb.data(), sb.data(), ro.data(), rs.data(), tokens, heads, dim);
+    cpu::merge_state(qa.data(), sa.data(), qb.data(), sb.data(), ro.data(), rs.data(), tokens,
+                     heads, dim);
     DeviceBuffer<uint8_t> da(ha.size()), db(hb.size()), dout(ha.size());
     DeviceBuffer<float> dsa(n), dsb(n), ds(n);
     da.upload(ha.data(), ha.size());
     db.upload(hb.data(), hb.size());
     dsa.upload(sa.data(), n * 4);
     dsb.upload(sb.data(), n * 4);
-    cuda::merge_state(dt, da.ptr, dsa.ptr, db.ptr, dsb.ptr, dout.ptr, ds.ptr, tokens, heads, dim, 0);
+    cuda::merge_state(dt, da.ptr, dsa.ptr, db.ptr, dsb.ptr, dout.ptr, ds.ptr, tokens, heads, dim,
+                      0);
     TREEMLA_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint8_t> raw = dout.download();
     std::vector<float> go(n * dim);
@@ -201,7 +209,8 @@ TEST(VerifyGpu, GraphReplayWithNewLengths) {
   VerifyCase b(small, 1401);
   const int total_cap = std::max(a.total_q, b.total_q);
   DeviceCase d(a, std::max(a.q.size(), b.q.size()), std::max(a.kv_cache.size(), b.kv_cache.size()),
-               std::max(a.num_pages, b.num_pages), std::max(a.page_table_stride, b.page_table_stride), total_cap);
+               std::max(a.num_pages, b.num_pages),
+               std::max(a.page_table_stride, b.page_table_stride), total_cap);
   for (const GpuConfig& cfg : configs_to_test()) {
     SCOPED_TRACE(cfg.name());
     d.load(a);

@@ -27,8 +27,8 @@ Rows split_boundaries(const VerifyCase& c, VerifyPart part) {
   d.p.part = part;
   Rows all(c.batch);
   for (const GpuConfig& cfg : configs_to_test()) {
-    const cuda::VerifyPlan plan =
-        cuda::make_verify_plan({c.batch, std::max(1, c.total_q), c.num_heads}, -1, cfg.tile, cfg.family);
+    const cuda::VerifyPlan plan = cuda::make_verify_plan(
+        {c.batch, std::max(1, c.total_q), c.num_heads}, -1, cfg.tile, cfg.family);
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
     cuda::init_workspace(plan, ws.ptr, 0);
     const Rows b = schedule_boundaries(d, plan, ws.ptr);
@@ -40,7 +40,8 @@ Rows split_boundaries(const VerifyCase& c, VerifyPart part) {
 // Where the peaks go in each request: block edges and split boundaries of the prefix (unless only
 // the tail is computed), the root, the last node and the given tail nodes (unless only the
 // prefix is computed).
-Rows peak_rows(const VerifyCase& c, const Rows& splits, VerifyPart part, const std::vector<int>& tail_nodes) {
+Rows peak_rows(const VerifyCase& c, const Rows& splits, VerifyPart part,
+               const std::vector<int>& tail_nodes) {
   Rows rows(c.batch);
   for (int b = 0; b < c.batch; ++b) {
     const int64_t prefix = c.prefix_lens[b];
@@ -62,7 +63,8 @@ Rows peak_rows(const VerifyCase& c, const Rows& splits, VerifyPart part, const s
 
 // Builds the peaked case, runs every configuration against the reference and returns the
 // number of split boundaries the peaks were aimed at.
-int64_t check_peaked(CaseSpec spec, uint32_t seed, VerifyPart part = VerifyPart::kAll, const std::vector<int>& tail_nodes = {}) {
+int64_t check_peaked(CaseSpec spec, uint32_t seed, VerifyPart part = VerifyPart::kAll,
+                     const std::vector<int>& tail_nodes = {}) {
   spec.peaks = true;
   VerifyCase c(spec, seed);
   const Rows splits = split_boundaries(c, part);
@@ -75,8 +77,8 @@ int64_t check_peaked(CaseSpec spec, uint32_t seed, VerifyPart part = VerifyPart:
     const GpuResult g = run_gpu(d, c, cfg, part);
     const ::testing::AssertionResult r = matches(g, ref, c);
     EXPECT_TRUE(r);
-    std::printf("[ margin ] %s seed %u %s part %s: %s\n", test, seed, cfg.name().c_str(), part_name(part),
-                r.message());
+    std::printf("[ margin ] %s seed %u %s part %s: %s\n", test, seed, cfg.name().c_str(),
+                part_name(part), r.message());
   }
   int64_t n = 0;
   for (const auto& s : splits) n += static_cast<int64_t>(s.size());
@@ -100,7 +102,8 @@ TEST(VerifyOracle, DecodeOnTheLongestPrefix) {
 
 TEST(VerifyOracle, LongPrefix100K) {
   REQUIRE_GPU();
-  EXPECT_GT(check_peaked(make_spec(1, 8, 9, 100000, 128), 2200), 0) << "the schedule made no split to aim at";
+  EXPECT_GT(check_peaked(make_spec(1, 8, 9, 100000, 128), 2200), 0)
+      << "the schedule made no split to aim at";
 }
 
 TEST(VerifyOracle, RaggedBatch) {
@@ -120,9 +123,10 @@ TEST(VerifyOracle, TailRowsOfEveryTreeShape) {
   // mask words, and on the last node: only that node's descendants may feel each of them.
   uint32_t seed = 2400;
   for (TreeKind k : {TreeKind::kChain, TreeKind::kStar, TreeKind::kRandom, TreeKind::kDeep})
-    check_peaked(make_spec(1, 4, 130, 300, 16, DType::kBF16, k), seed++, VerifyPart::kAll, {1, 31, 32, 63, 64, 65, 100});
-  check_peaked(make_spec(1, 1, kMaxTreeNodes, 100, 16, DType::kFP16, TreeKind::kRandom), seed++, VerifyPart::kAll,
-               {1, 63, 64, 511, 512, 1000});
+    check_peaked(make_spec(1, 4, 130, 300, 16, DType::kBF16, k), seed++, VerifyPart::kAll,
+                 {1, 31, 32, 63, 64, 65, 100});
+  check_peaked(make_spec(1, 1, kMaxTreeNodes, 100, 16, DType::kFP16, TreeKind::kRandom), seed++,
+               VerifyPart::kAll, {1, 63, 64, 511, 512, 1000});
 }
 
 TEST(VerifyOracle, PrefixAndTailParts) {

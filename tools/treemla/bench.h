@@ -26,8 +26,8 @@ struct Options {
   std::string cost_table;
   int cost_heads = 8;
   int cost_page_size = 64;
-  int reps = 20;              // timed repetitions per measurement (median)
-  std::string json;           // write the results here as JSON; empty: no JSON
+  int reps = 20;     // timed repetitions per measurement (median)
+  std::string json;  // write the results here as JSON; empty: no JSON
   std::string commit = "unknown";
 };
 
@@ -76,14 +76,14 @@ void write_json(std::ostream& os, const Header& h, const std::vector<Row>& rows)
 
 // One measured point of a cost table.
 struct CostPoint {
-  int n = 0;          // 1 + B query rows per request
-  int64_t L = 0;      // prefix length
-  double us = 0;      // verify time per layer (prefix + tail + merge), microseconds
+  int n = 0;      // 1 + B query rows per request
+  int64_t L = 0;  // prefix length
+  double us = 0;  // verify time per layer (prefix + tail + merge), microseconds
 };
 // The cost table JSON (docs/budget.md): gpu, date, commit, heads, page_size, n, L, us[n][L].
-void write_cost_table(std::ostream& os, const Header& h, int heads, int page_size, const std::string& family,
-                      const std::string& tile, const std::vector<int>& n, const std::vector<int64_t>& L,
-                      const std::vector<CostPoint>& points);
+void write_cost_table(std::ostream& os, const Header& h, int heads, int page_size,
+                      const std::string& family, const std::string& tile, const std::vector<int>& n,
+                      const std::vector<int64_t>& L, const std::vector<CostPoint>& points);
 
 // Today's date in UTC, YYYY-MM-DD.
 std::string utc_date();

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "bench.h"
-#include "treemla/cuda/check.h"
 #include "cuda/tool_kernels.h"
 #include "gpu_timing.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/verify.h"
 
 namespace treemla::tool {
@@ -39,9 +39,8 @@ double measure_hbm_gbps(size_t bytes) {
   int sms = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t n = bytes / 16;
-  const double ms = median_ms(0, [&](int) {
-    kernels::launch_hbm_read(sms * 8, 512, buf, n, sink, 0);
-  }, 3, 15);
+  const double ms = median_ms(
+      0, [&](int) { kernels::launch_hbm_read(sms * 8, 512, buf, n, sink, 0); }, 3, 15);
   TREEMLA_CHECK_LAUNCH("hbm_read_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(buf));
   TREEMLA_CUDA_CHECK(cudaFree(sink));
@@ -54,7 +53,8 @@ double measure_mma_tflops() {
   int sms = 0;
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int blocks = sms * 4, threads = 256, iters = 4096;
-  const double ms = median_ms(0, [&](int) { kernels::launch_mma_peak(blocks, threads, iters, sink, 0); }, 3, 15);
+  const double ms = median_ms(
+      0, [&](int) { kernels::launch_mma_peak(blocks, threads, iters, sink, 0); }, 3, 15);
   TREEMLA_CHECK_LAUNCH("mma_peak_kernel");
   TREEMLA_CUDA_CHECK(cudaFree(sink));
   const double flops = double(blocks) * (threads / 32) * iters * 8 * (2.0 * 16 * 8 * 16);
@@ -125,7 +125,8 @@ Workload make_workload(const Case& c, uint32_t seed) {
   TREEMLA_CHECK_LAUNCH("fill_random_bf16");
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.pt, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.prefix, prefix.data(), c.batch * 4, cudaMemcpyHostToDevice));
-  TREEMLA_CUDA_CHECK(cudaMemcpy(w.indptr, indptr.data(), (c.batch + 1) * 4, cudaMemcpyHostToDevice));
+  TREEMLA_CUDA_CHECK(
+      cudaMemcpy(w.indptr, indptr.data(), (c.batch + 1) * 4, cudaMemcpyHostToDevice));
   TREEMLA_CUDA_CHECK(cudaMemcpy(w.mask, mask.data(), mask.size() * 8, cudaMemcpyHostToDevice));
   treemla::VerifyParams& p = w.p;
   p.dtype = treemla::DType::kBF16;
@@ -146,8 +147,9 @@ Workload make_workload(const Case& c, uint32_t seed) {
 }
 
 void free_workload(Workload& w) {
-  for (void* ptr : {w.q, w.kv, w.o, static_cast<void*>(w.pt), static_cast<void*>(w.prefix),
-                    static_cast<void*>(w.indptr), static_cast<void*>(w.mask), static_cast<void*>(w.lse)}) {
+  for (void* ptr :
+       {w.q, w.kv, w.o, static_cast<void*>(w.pt), static_cast<void*>(w.prefix),
+        static_cast<void*>(w.indptr), static_cast<void*>(w.mask), static_cast<void*>(w.lse)}) {
     cudaFree(ptr);
   }
 }
@@ -178,7 +180,8 @@ double time_calls(std::vector<Workload>& ws, const treemla::cuda::VerifyPlan& pl
   }
   TREEMLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   TREEMLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double ms = median_ms(stream, [&](int) { TREEMLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, reps);
+  const double ms = median_ms(
+      stream, [&](int) { TREEMLA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, reps);
   TREEMLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
   TREEMLA_CUDA_CHECK(cudaGraphDestroy(graph));
   treemla::cuda::check_status(plan, wsp, stream);
@@ -188,7 +191,8 @@ double time_calls(std::vector<Workload>& ws, const treemla::cuda::VerifyPlan& pl
 // Copies of a case's inputs: enough that one rotation touches more than 3x the L2.
 std::vector<Workload> make_copies(const Case& c, size_t l2_bytes) {
   Workload first = make_workload(c, 1);
-  const int copies = static_cast<int>(std::min<size_t>(8, std::max<size_t>(1, 3 * l2_bytes / first.kv_bytes + 1)));
+  const int copies =
+      static_cast<int>(std::min<size_t>(8, std::max<size_t>(1, 3 * l2_bytes / first.kv_bytes + 1)));
   std::vector<Workload> ws{first};
   for (int i = 1; i < copies; ++i) ws.push_back(make_workload(c, 1 + i));
   return ws;
@@ -206,7 +210,9 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
   TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Result r;
   r.c = c;
-  auto time_part = [&](treemla::VerifyPart part) { return time_calls(ws, plan, wsp, part, reps, stream); };
+  auto time_part = [&](treemla::VerifyPart part) {
+    return time_calls(ws, plan, wsp, part, reps, stream);
+  };
   if (c.q_len == 1 && c.prefix > 0) {
     const int sms = plan.num_ctas;
     const int pblocks = (c.prefix + 31) / 32;
@@ -217,11 +223,14 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
       const int splits = std::max(1, std::min(ctas / c.batch, pblocks / 8));
       // One CTA per SM needs blocks in flight per thread; many CTAs need few registers.
       const int unroll = one_per_sm ? 4 : 1;
-      const double ms = median_ms(0, [&](int i) {
-        const Workload& w = ws[i % copies];
-        kernels::launch_paged_read(unroll, ctas, 256, w.kv, w.pt, w.p.page_table_stride, c.batch, c.prefix,
-                                   c.page_size, splits, sink, 0);
-      }, 3, reps);
+      const double ms = median_ms(
+          0,
+          [&](int i) {
+            const Workload& w = ws[i % copies];
+            kernels::launch_paged_read(unroll, ctas, 256, w.kv, w.pt, w.p.page_table_stride,
+                                       c.batch, c.prefix, c.page_size, splits, sink, 0);
+          },
+          3, reps);
       TREEMLA_CHECK_LAUNCH("paged_read_kernel");
       return double(c.batch) * c.prefix * treemla::kHeadDimQK * 2 / (ms * 1e-3) / 1e9;
     };
@@ -266,13 +275,21 @@ int cost_table(const bench::Options& opt, const bench::Header& header, size_t l2
   const std::vector<int> n{1, 16, 32, 64, 128, 256, 512, 1024};
   const std::vector<int64_t> L{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   std::ofstream f(opt.cost_table);
-  if (!f) throw std::invalid_argument("--cost-table: '" + opt.cost_table + "' cannot be opened for writing");
+  if (!f)
+    throw std::invalid_argument("--cost-table: '" + opt.cost_table +
+                                "' cannot be opened for writing");
   std::vector<bench::CostPoint> points;
   std::string family, tile;
   std::cout << "# cost table: H=" << opt.cost_heads << " page_size=" << opt.cost_page_size << "\n";
   for (int ni : n) {
     for (int64_t l : L) {
-      Case c{1, opt.cost_heads, ni, static_cast<int>(l), opt.cost_page_size, TileConfig::kAuto, KernelFamily::kAuto};
+      Case c{1,
+             opt.cost_heads,
+             ni,
+             static_cast<int>(l),
+             opt.cost_page_size,
+             TileConfig::kAuto,
+             KernelFamily::kAuto};
       std::vector<Workload> ws = make_copies(c, l2_bytes);
       const auto plan = treemla::cuda::make_verify_plan({1, ni, opt.cost_heads});
       family = treemla::cuda::kernel_family_name(plan.family);
@@ -282,7 +299,8 @@ int cost_table(const bench::Options& opt, const bench::Header& header, size_t l2
       treemla::cuda::init_workspace(plan, wsp, 0);
       cudaStream_t stream;
       TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      const double us = time_calls(ws, plan, wsp, treemla::VerifyPart::kAll, std::max(3, opt.reps), stream);
+      const double us =
+          time_calls(ws, plan, wsp, treemla::VerifyPart::kAll, std::max(3, opt.reps), stream);
       TREEMLA_CUDA_CHECK(cudaStreamDestroy(stream));
       TREEMLA_CUDA_CHECK(cudaFree(wsp));
       for (auto& w : ws) free_workload(w);
@@ -290,7 +308,8 @@ int cost_table(const bench::Options& opt, const bench::Header& header, size_t l2
       std::cout << "n=" << ni << " L=" << l << " us=" << us << "\n" << std::flush;
     }
   }
-  bench::write_cost_table(f, header, opt.cost_heads, opt.cost_page_size, family, tile, n, L, points);
+  bench::write_cost_table(f, header, opt.cost_heads, opt.cost_page_size, family, tile, n, L,
+                          points);
   return 0;
 }
 
@@ -311,15 +330,23 @@ int bench::run(const bench::Options& opt) {
   cudaDriverGetVersion(&driver);
 
   std::vector<Case> shapes;
-  for (const bench::Shape& s : opt.cases) shapes.push_back({s.batch, s.heads, s.q_len, s.prefix, s.page_size, {}, {}});
+  for (const bench::Shape& s : opt.cases)
+    shapes.push_back({s.batch, s.heads, s.q_len, s.prefix, s.page_size, {}, {}});
   if (shapes.empty()) {
     shapes = {
         // compute-bound: H x q_len >= 256
-        {1, 16, 16, 131072, 64, {}, {}}, {1, 8, 65, 131072, 64, {}, {}},  {1, 8, 65, 185000, 64, {}, {}},
-        {1, 128, 64, 131072, 64, {}, {}}, {8, 128, 16, 131072, 64, {}, {}}, {1, 16, 65, 32768, 64, {}, {}},
-        {1, 8, 65, 32768, 64, {}, {}}, {4, 16, 257, 16384, 64, {}, {}},
+        {1, 16, 16, 131072, 64, {}, {}},
+        {1, 8, 65, 131072, 64, {}, {}},
+        {1, 8, 65, 185000, 64, {}, {}},
+        {1, 128, 64, 131072, 64, {}, {}},
+        {8, 128, 16, 131072, 64, {}, {}},
+        {1, 16, 65, 32768, 64, {}, {}},
+        {1, 8, 65, 32768, 64, {}, {}},
+        {4, 16, 257, 16384, 64, {}, {}},
         // memory-bound: q_len = 1
-        {8, 16, 1, 131072, 64, {}, {}}, {8, 8, 1, 131072, 64, {}, {}}, {32, 16, 1, 32768, 64, {}, {}},
+        {8, 16, 1, 131072, 64, {}, {}},
+        {8, 8, 1, 131072, 64, {}, {}},
+        {32, 16, 1, 32768, 64, {}, {}},
         // page_size 1, pages scattered, against the same case at 64 above
         {1, 8, 65, 131072, 1, {}, {}},
         // the fixed cost of a call: nothing to attend but each node's own row
@@ -336,17 +363,21 @@ int bench::run(const bench::Options& opt) {
   if (ts == "all" || ts == "smem99k") tiles.push_back(TileConfig::kSmem99K);
   if (tiles.empty()) throw std::invalid_argument("--tiles: '" + ts + "' does not fit this device");
   std::vector<KernelFamily> families;
-  if (opt.families == "all" || opt.families == "cpasync") families.push_back(KernelFamily::kCpAsync);
-  if ((opt.families == "all" && prop.major >= 9) || opt.families == "cluster") families.push_back(KernelFamily::kCluster);
+  if (opt.families == "all" || opt.families == "cpasync")
+    families.push_back(KernelFamily::kCpAsync);
+  if ((opt.families == "all" && prop.major >= 9) || opt.families == "cluster")
+    families.push_back(KernelFamily::kCluster);
   std::ofstream json_file;
   if (!opt.json.empty()) {  // before the run, which takes minutes
     json_file.open(opt.json);
-    if (!json_file) throw std::invalid_argument("--json: '" + opt.json + "' cannot be opened for writing");
+    if (!json_file)
+      throw std::invalid_argument("--json: '" + opt.json + "' cannot be opened for writing");
   }
 
   bench::Header header;
-  header.device = {prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount, clock_khz / 1e3,
-                   mem_clock_khz / 1e3, runtime, driver};
+  header.device = {prop.name,       prop.major * 10 + prop.minor, prop.multiProcessorCount,
+                   clock_khz / 1e3, mem_clock_khz / 1e3,          runtime,
+                   driver};
   header.ceilings.hbm_read_gbps = measure_hbm_gbps(size_t(4) << 30);
   header.ceilings.mma_tflops = measure_mma_tflops();
   header.date = bench::utc_date();

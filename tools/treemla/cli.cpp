@@ -68,7 +68,8 @@ CLI::Validator power_of_two_in(int64_t lo, int64_t hi) {
 CLI::Validator one_of(std::vector<std::string> choices) {
   const std::string desc = fmt::format("{{{}}}", fmt::join(choices, ","));
   std::string said = choices.back();
-  if (choices.size() > 1) said = fmt::format("{} or {}", fmt::join(choices.begin(), choices.end() - 1, ", "), said);
+  if (choices.size() > 1)
+    said = fmt::format("{} or {}", fmt::join(choices.begin(), choices.end() - 1, ", "), said);
   return CLI::Validator(
       [choices = std::move(choices), said](std::string& s) -> std::string {
         for (const std::string& c : choices) {
@@ -84,8 +85,8 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, double& value, d
   return app.add_option(name, value, help)->check(number_in(lo, hi))->capture_default_str();
 }
 
-CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_t>& values, CLI::Validator check,
-                      const std::string& help) {
+CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_t>& values,
+                      CLI::Validator check, const std::string& help) {
   return app.add_option(name, values, help + " (comma-separated)")
       ->delimiter(',')
       ->check(std::move(check))
@@ -94,7 +95,9 @@ CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_
 
 CLI::Option* add_choice(CLI::App& app, const std::string& name, std::string& value,
                         std::vector<std::string> choices, const std::string& help) {
-  return app.add_option(name, value, help)->check(one_of(std::move(choices)))->capture_default_str();
+  return app.add_option(name, value, help)
+      ->check(one_of(std::move(choices)))
+      ->capture_default_str();
 }
 
 std::optional<int> parse(CLI::App& app, int argc, char** argv, const std::function<void()>& check) {
@@ -109,7 +112,8 @@ std::optional<int> parse(CLI::App& app, int argc, char** argv, const std::functi
   const std::vector<std::string> extra = app.remaining();
   if (!extra.empty()) {
     const std::string& a = extra.front();
-    if (a.size() > 1 && a[0] == '-') return usage_error(app, "unknown option " + a.substr(0, a.find('=')));
+    if (a.size() > 1 && a[0] == '-')
+      return usage_error(app, "unknown option " + a.substr(0, a.find('=')));
     return usage_error(app, "unexpected argument " + in_quotes(a));
   }
   if (check) {

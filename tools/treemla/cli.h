@@ -37,8 +37,8 @@ CLI::Option* add_integer(CLI::App& app, const std::string& name, T& value, int64
 CLI::Option* add_number(CLI::App& app, const std::string& name, double& value, double lo, double hi,
                         const std::string& help);
 // A comma-separated list option; `check` applies to each element. Repeated, the lists add up.
-CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_t>& values, CLI::Validator check,
-                      const std::string& help);
+CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_t>& values,
+                      CLI::Validator check, const std::string& help);
 // A string option that takes one of `choices`, with its default shown.
 CLI::Option* add_choice(CLI::App& app, const std::string& name, std::string& value,
                         std::vector<std::string> choices, const std::string& help);
@@ -47,7 +47,8 @@ CLI::Option* add_choice(CLI::App& app, const std::string& name, std::string& val
 // the exit code when it should not: 0 after --help (printed to stdout), 2 after a bad option
 // (a message on stderr). `check` runs after parsing: the rules that tie options together; a
 // std::invalid_argument it throws is a bad option too.
-std::optional<int> parse(CLI::App& app, int argc, char** argv, const std::function<void()>& check = {});
+std::optional<int> parse(CLI::App& app, int argc, char** argv,
+                         const std::function<void()>& check = {});
 
 // Prints "treemla <command>: message (see treemla <command> --help)" to stderr; returns 2.
 int usage_error(const CLI::App& app, const std::string& message);

@@ -39,11 +39,14 @@ class Reader {
  public:
   Reader(std::string label, std::string path) : prefix_(label + ": '" + path + "': ") {}
 
-  [[noreturn]] void fail(const std::string& what) const { throw std::invalid_argument(prefix_ + what); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::invalid_argument(prefix_ + what);
+  }
 
   const json& key(const json& doc, const char* name) const {
     const auto it = doc.find(name);
-    if (it == doc.end()) fail(std::string("key \"") + name + "\" is missing (required: " + kRequiredKeys + ")");
+    if (it == doc.end())
+      fail(std::string("key \"") + name + "\" is missing (required: " + kRequiredKeys + ")");
     return *it;
   }
 
@@ -53,10 +56,12 @@ class Reader {
     return v.get<std::string>();
   }
 
-  // An integer in [lo, hi] (the range of the field's C++ type; validate_cost_table checks the rules).
+  // An integer in [lo, hi] (the range of the field's C++ type; validate_cost_table checks the
+  // rules).
   int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) const {
     if (!v.is_number_integer()) fail(name + " must be an integer, not " + shown(v));
-    if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi) : v.get<int64_t>() > hi)
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
+                               : v.get<int64_t>() > hi)
       fail(name + " = " + shown(v) + " must be <= " + std::to_string(hi));
     if (v.get<int64_t>() < lo) fail(name + " = " + shown(v) + " must be >= " + std::to_string(lo));
     return v.get<int64_t>();
@@ -69,10 +74,12 @@ class Reader {
 
   double time(const json& v, const std::string& name) const {
     if (v.is_null())
-      fail(name + " is null; must be a finite number > 0 (JSON writers store NaN and infinity as null)");
+      fail(name +
+           " is null; must be a finite number > 0 (JSON writers store NaN and infinity as null)");
     if (!v.is_number()) fail(name + " must be a number, not " + shown(v));
     const double x = v.get<double>();
-    if (!std::isfinite(x) || !(x > 0)) fail(name + " = " + shown(v) + " must be a finite number > 0");
+    if (!std::isfinite(x) || !(x > 0))
+      fail(name + " = " + shown(v) + " must be a finite number > 0");
     return x;
   }
 
@@ -102,22 +109,27 @@ CostTableFile read_cost_table_file(const std::string& path, const std::string& l
   t.date = r.string(doc, "date");
   t.commit = r.string(doc, "commit");
   t.heads = static_cast<int32_t>(r.integer(r.key(doc, "heads"), "\"heads\"", 0, kInt32Max));
-  t.page_size = static_cast<int32_t>(r.integer(r.key(doc, "page_size"), "\"page_size\"", 0, kInt32Max));
+  t.page_size =
+      static_cast<int32_t>(r.integer(r.key(doc, "page_size"), "\"page_size\"", 0, kInt32Max));
   for (const json& v : r.array(r.key(doc, "n"), "\"n\"", "integers (tree sizes 1 + B)"))
-    t.n.push_back(static_cast<int32_t>(r.integer(v, "n[" + std::to_string(t.n.size()) + "]", 0, kInt32Max)));
+    t.n.push_back(
+        static_cast<int32_t>(r.integer(v, "n[" + std::to_string(t.n.size()) + "]", 0, kInt32Max)));
   for (const json& v : r.array(r.key(doc, "L"), "\"L\"", "integers (prefix lengths)"))
-    t.L.push_back(r.integer(v, "L[" + std::to_string(t.L.size()) + "]", 0, std::numeric_limits<int64_t>::max()));
+    t.L.push_back(r.integer(v, "L[" + std::to_string(t.L.size()) + "]", 0,
+                            std::numeric_limits<int64_t>::max()));
   const json& us = r.array(r.key(doc, "us"), "\"us\"", "arrays (one per n entry)");
   if (us.size() != t.n.size())
-    r.fail("\"us\" has " + std::to_string(us.size()) + " rows; must have len(n) = " + std::to_string(t.n.size()) +
-           " (us[i][j] is the time at n[i], L[j])");
+    r.fail("\"us\" has " + std::to_string(us.size()) + " rows; must have len(n) = " +
+           std::to_string(t.n.size()) + " (us[i][j] is the time at n[i], L[j])");
   for (size_t i = 0; i < us.size(); ++i) {
     const std::string row = "us[" + std::to_string(i) + "]";
     r.array(us[i], row, "numbers (one per L entry)");
     if (us[i].size() != t.L.size())
-      r.fail(row + " has " + std::to_string(us[i].size()) + " entries; must have len(L) = " + std::to_string(t.L.size()));
+      r.fail(row + " has " + std::to_string(us[i].size()) +
+             " entries; must have len(L) = " + std::to_string(t.L.size()));
     t.us.emplace_back();
-    for (size_t j = 0; j < us[i].size(); ++j) t.us.back().push_back(r.time(us[i][j], row + "[" + std::to_string(j) + "]"));
+    for (size_t j = 0; j < us[i].size(); ++j)
+      t.us.back().push_back(r.time(us[i][j], row + "[" + std::to_string(j) + "]"));
   }
   try {
     validate_cost_table(t);
@@ -126,7 +138,8 @@ CostTableFile read_cost_table_file(const std::string& path, const std::string& l
   }
   for (const char* k : {"family", "tile"}) {
     const auto it = doc.find(k);
-    if (it != doc.end() && it->is_string()) (k[0] == 'f' ? out.family : out.tile) = it->get<std::string>();
+    if (it != doc.end() && it->is_string())
+      (k[0] == 'f' ? out.family : out.tile) = it->get<std::string>();
   }
   return out;
 }

@@ -12,7 +12,8 @@ namespace treemla::tool {
 struct CostTableFile {
   CostTable table;  // validated (validate_cost_table)
   std::string path;
-  std::string family, tile;  // optional keys `treemla bench --cost-table` records; empty when absent
+  std::string family,
+      tile;  // optional keys `treemla bench --cost-table` records; empty when absent
 };
 
 // Reads and validates a cost table file. Throws std::invalid_argument

@@ -18,8 +18,8 @@ int cmd_info(int argc, char** argv) {
   cli::configure(app);
   if (const auto rc = cli::parse(app, argc, argv)) return *rc;
   std::cout << "treemla 0.1.0\n"
-            << "  MLA widths: q/k " << kHeadDimQK << ", v " << kHeadDimV << "; heads 1.." << kMaxHeads
-            << "; tree nodes per request 1.." << kMaxTreeNodes << "\n";
+            << "  MLA widths: q/k " << kHeadDimQK << ", v " << kHeadDimV << "; heads 1.."
+            << kMaxHeads << "; tree nodes per request 1.." << kMaxTreeNodes << "\n";
 #ifdef TREEMLA_WITH_CUDA
   std::cout << "  CUDA kernels: built for " << cuda::compiled_architectures() << "\n";
   int n = 0;
@@ -30,8 +30,8 @@ int cmd_info(int argc, char** argv) {
     if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d);
-    std::cout << "    " << d << ": " << p.name << " sm_" << p.major << p.minor << ", " << p.multiProcessorCount
-              << " SMs, " << optin << " B shared memory per block\n";
+    std::cout << "    " << d << ": " << p.name << " sm_" << p.major << p.minor << ", "
+              << p.multiProcessorCount << " SMs, " << optin << " B shared memory per block\n";
   }
 #else
   std::cout << "  CUDA kernels: not built (CPU-only build)\n";

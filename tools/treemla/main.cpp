@@ -23,7 +23,9 @@ void usage(std::ostream& os) {
         "`treemla <command> --help` lists a command's options.\n";
 }
 
-bool is_help(const char* a) { return !std::strcmp(a, "--help") || !std::strcmp(a, "-h") || !std::strcmp(a, "help"); }
+bool is_help(const char* a) {
+  return !std::strcmp(a, "--help") || !std::strcmp(a, "-h") || !std::strcmp(a, "help");
+}
 
 }  // namespace
 

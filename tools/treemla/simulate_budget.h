@@ -23,8 +23,8 @@ struct BudgetArgs {
   std::string cost_table;           // --cost-table; empty: the default table, where one is needed
   std::string candidates = "grid";  // --budget-candidates: grid or every
   std::vector<int64_t> compare_prompts, compare_budgets;
-  CostModelConfig model;            // the options; the table is set by finish_budget_options
-  CostTableFile file;               // the table read, when the cost model is on
+  CostModelConfig model;  // the options; the table is set by finish_budget_options
+  CostTableFile file;     // the table read, when the cost model is on
 };
 
 // --budget, --budget-compare, --cost-table, the cost model's options, --target,
@@ -37,14 +37,18 @@ void add_budget_options(CLI::App& app, BudgetArgs& b, SimulationConfig& c);
 // for --rounds, --depth, --topk and --target when they were not given). Throws
 // std::invalid_argument naming the option: a table that cannot be read or found, a cost option
 // without a cost model, an option that does not apply to the mode.
-void finish_budget_options(const CLI::App& app, BudgetArgs& b, SimulationConfig& c, BudgetCompareConfig& compare);
+void finish_budget_options(const CLI::App& app, BudgetArgs& b, SimulationConfig& c,
+                           BudgetCompareConfig& compare);
 
-// The serving loop's lines about the cost model (none when it is off), and its JSON (null when off).
+// The serving loop's lines about the cost model (none when it is off), and its JSON (null when
+// off).
 void print_cost_header(std::ostream& os, const BudgetArgs& b, const SimulationConfig& c);
 void print_cost_summary(std::ostream& os, const SimulationConfig& c, const SimulationReport& r);
-nlohmann::ordered_json cost_json(const BudgetArgs& b, const SimulationConfig& c, const SimulationReport& r);
+nlohmann::ordered_json cost_json(const BudgetArgs& b, const SimulationConfig& c,
+                                 const SimulationReport& r);
 
 // Runs the comparison, prints it, writes its JSON to `json` (if not null); the exit code.
-int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& compare, std::ofstream* json);
+int run_budget_compare(const BudgetArgs& b, const BudgetCompareConfig& compare,
+                       std::ofstream* json);
 
 }  // namespace treemla::tool

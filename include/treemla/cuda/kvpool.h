@@ -47,11 +47,11 @@ namespace treemla::cuda {
 // The paged latent cache in device memory: its data and its geometry (bounds in
 // treemla/paged_cache.h, checked there; messages name the fields "cache.<field>").
 struct DeviceCache {
-  void* data = nullptr;    // [num_pages, page_size, row_width] elements, 16-byte aligned
-  int32_t num_pages = 0;   // >= 1
-  int32_t page_size = 0;   // rows per page, a power of two in [1, 65536]
-  int32_t row_width = 0;   // elements per row (576 for MLA), >= 1
-  int32_t elem_size = 0;   // bytes per element (2 for bf16/fp16), >= 1
+  void* data = nullptr;   // [num_pages, page_size, row_width] elements, 16-byte aligned
+  int32_t num_pages = 0;  // >= 1
+  int32_t page_size = 0;  // rows per page, a power of two in [1, 65536]
+  int32_t row_width = 0;  // elements per row (576 for MLA), >= 1
+  int32_t elem_size = 0;  // bytes per element (2 for bf16/fp16), >= 1
   // Copies move 16-byte vectors, so row_width * elem_size must be a multiple of 16, and a page
   // (page_size rows) must be below 2 GiB.
   PagedCacheLayout layout(int32_t page_table_stride = 0) const {
@@ -73,7 +73,7 @@ enum class KvStatus : int32_t {
   kBadAcceptLen = 3,  // accept_len outside 1..max_accept
   kBadPath = 4,       // accepted[0] != 0 or the node indices do not strictly increase
   kBadPrefixLen = 5,  // prefix_len < 0
-  kBadPage = 6,       // a row the commit touches has no page-table entry or a page outside the cache
+  kBadPage = 6,  // a row the commit touches has no page-table entry or a page outside the cache
 };
 const char* kv_status_name(KvStatus s);
 
@@ -87,7 +87,8 @@ const char* kv_status_name(KvStatus s);
 // an atomic ticket counter, and a ticket waits on a completion counter for the earlier waves
 // (the ordering argument is in src/cuda/smxx/kvpool_moves.cu). This costs no launch per wave,
 // which matters because defrag plans after churn have tens to thousands of waves, most of them
-// small (a chain takes one wave per page, a cycle one move per wave). Copies are page (or row) granular, 16-byte vectors, coalesced, through L2.
+// small (a chain takes one wave per page, a cycle one move per wave). Copies are page (or row)
+// granular, 16-byte vectors, coalesced, through L2.
 //
 // Workspace: kMoveWorkspaceBytes of device memory, 8-byte aligned (cudaMalloc gives 256), zeroed
 // once by the caller after allocation (cudaMemset). Each apply resets its own counters on the
@@ -111,8 +112,8 @@ void apply_page_moves(const PageMoveParams& p, void* workspace, cudaStream_t str
 
 struct RowMoveParams {
   DeviceCache cache;
-  const kvpool::RowMove* moves = nullptr;   // [num_moves] device: CommitPlan::moves (or merged)
-  const int32_t* wave_offsets = nullptr;    // [num_waves + 1] device
+  const kvpool::RowMove* moves = nullptr;  // [num_moves] device: CommitPlan::moves (or merged)
+  const int32_t* wave_offsets = nullptr;   // [num_waves + 1] device
   int32_t num_moves = 0;
   int32_t num_waves = 0;
 };
@@ -131,10 +132,10 @@ void apply_row_moves(const RowMoveParams& p, void* workspace, cudaStream_t strea
 // workspace's status (check_move_status). Order with the data moves does not matter as long as
 // both are enqueued before the next kernel that reads the cache through the page table.
 struct PageTableUpdateParams {
-  int32_t* page_table = nullptr;  // [num_rows, stride] device
-  int32_t num_rows = 0;           // >= 1
-  int32_t stride = 0;             // >= 0, as page_table_stride (paged_cache.h)
-  int32_t num_pages = 0;          // pages in the cache, >= 1 (bound of the written values)
+  int32_t* page_table = nullptr;     // [num_rows, stride] device
+  int32_t num_rows = 0;              // >= 1
+  int32_t stride = 0;                // >= 0, as page_table_stride (paged_cache.h)
+  int32_t num_pages = 0;             // pages in the cache, >= 1 (bound of the written values)
   const int32_t* rows = nullptr;     // [num_updates] device: page-table row of each update
   const int32_t* offsets = nullptr;  // [num_updates + 1] device: prefix sums of the list lengths
   const int32_t* pages = nullptr;    // [offsets[num_updates]] device: the new page lists
@@ -156,17 +157,18 @@ void check_move_status(void* workspace, cudaStream_t stream);
 // lossless). One CTA per request: it loads the tree into shared memory and one warp walks it,
 // 32 candidate children per step. Nothing is precomputed on the host; graph safe.
 struct AcceptParams {
-  int32_t batch = 0;       // requests, >= 1
-  int32_t max_accept = 0;  // row stride of accepted, 1..kMaxTreeNodes (1025)
+  int32_t batch = 0;                       // requests, >= 1
+  int32_t max_accept = 0;                  // row stride of accepted, 1..kMaxTreeNodes (1025)
   const int32_t* q_indptr = nullptr;       // [batch + 1] device
   const int32_t* parents = nullptr;        // [total_q] device: local parent, -1 at each root
   const int32_t* node_tokens = nullptr;    // [total_q] device: the token each node carries
   const int32_t* target_tokens = nullptr;  // [total_q] device: the target's token at each node
-  int32_t* accepted = nullptr;       // [batch, max_accept] out: accepted local node indices, root
-                                     // first (accepted[k] has depth k); -1 past accept_len
-  int32_t* accept_len = nullptr;     // [batch] out: 1..max_accept; 0 for a bad request
-  int32_t* bonus_tokens = nullptr;   // [batch] out: target token at the last accepted node; -1 if bad
-  int32_t* status = nullptr;         // [batch] out, optional (may be null): KvStatus
+  int32_t* accepted = nullptr;    // [batch, max_accept] out: accepted local node indices, root
+                                  // first (accepted[k] has depth k); -1 past accept_len
+  int32_t* accept_len = nullptr;  // [batch] out: 1..max_accept; 0 for a bad request
+  int32_t* bonus_tokens =
+      nullptr;                // [batch] out: target token at the last accepted node; -1 if bad
+  int32_t* status = nullptr;  // [batch] out, optional (may be null): KvStatus
 };
 void accept_paths(const AcceptParams& p, cudaStream_t stream);
 
@@ -186,9 +188,9 @@ void accept_paths(const AcceptParams& p, cudaStream_t stream);
 // new_seq_lens may alias prefix_lens (every read of prefix_lens[b] precedes the write).
 struct CommitParams {
   DeviceCache cache;
-  int32_t batch = 0;              // requests, >= 1
-  int32_t max_accept = 0;         // row stride of accepted, 1..kMaxTreeNodes (1025)
-  int32_t page_table_stride = 0;  // >= 0 (paged_cache.h); rows past it count as kBadPage
+  int32_t batch = 0;                     // requests, >= 1
+  int32_t max_accept = 0;                // row stride of accepted, 1..kMaxTreeNodes (1025)
+  int32_t page_table_stride = 0;         // >= 0 (paged_cache.h); rows past it count as kBadPage
   const int32_t* page_table = nullptr;   // [batch, page_table_stride] device
   const int32_t* prefix_lens = nullptr;  // [batch] device: rows before the tree tail
   const int32_t* accepted = nullptr;     // [batch, max_accept] device (accept_paths' output)

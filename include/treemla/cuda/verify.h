@@ -47,15 +47,15 @@ struct VerifyPlan {
   VerifyLimits limits;
   int device = -1;
   int sm_count = 0;
-  int compute_capability = 0;   // major * 10 + minor
+  int compute_capability = 0;                 // major * 10 + minor
   KernelFamily family = KernelFamily::kAuto;  // resolved, never kAuto
   TileConfig tile = TileConfig::kAuto;        // resolved, never kAuto
-  int threads = 0;              // block size of the main kernel
-  int cluster = 1;              // CTAs per cluster of the main kernel
-  int smem_bytes = 0;           // dynamic shared memory per block of the main kernel
-  int num_ctas = 0;             // persistent grid of the main kernel (a multiple of cluster)
-  int target_items = 0;         // work items the schedule aims for (one per CTA or CTA pair)
-  int partial_slots = 0;        // capacity for split partial states
+  int threads = 0;                            // block size of the main kernel
+  int cluster = 1;                            // CTAs per cluster of the main kernel
+  int smem_bytes = 0;                         // dynamic shared memory per block of the main kernel
+  int num_ctas = 0;       // persistent grid of the main kernel (a multiple of cluster)
+  int target_items = 0;   // work items the schedule aims for (one per CTA or CTA pair)
+  int partial_slots = 0;  // capacity for split partial states
   size_t workspace_bytes = 0;
   size_t workspace_init_bytes = 0;  // leading bytes that must be zero before the first use
 };
@@ -79,8 +79,8 @@ void check_params(const VerifyParams& p, const VerifyPlan& plan);
 void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* workspace,
                      cudaStream_t stream);
 // Enqueue the attention kernels: o [total_q, H, 512] (p.dtype), lse [total_q, H] (fp32, ln).
-void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o,
-                float* lse, cudaStream_t stream);
+void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o, float* lse,
+                cudaStream_t stream);
 // schedule + run.
 void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o,
                       float* lse, cudaStream_t stream);
@@ -93,9 +93,8 @@ void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream);
 // merge_state_v2 semantics on the GPU: v_* [tokens, heads, dim] (dtype), s_* [tokens, heads]
 // fp32 natural-log LSE; +-inf or NaN LSE = empty part; two empties give v = 0, s = -inf.
 // v / s may alias the inputs.
-void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b,
-                 const float* s_b, void* v, float* s, int64_t tokens, int heads, int dim,
-                 cudaStream_t stream);
+void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b, const float* s_b,
+                 void* v, float* s, int64_t tokens, int heads, int dim, cudaStream_t stream);
 
 // Compiled-in architectures, e.g. "80 86 89 90 100 120".
 std::string compiled_architectures();

@@ -15,9 +15,9 @@
 // same S bit for bit (a + b == b + a), run the same softmax and keep the same P. CTA c then
 // computes O[:, 256c : 256c + 256] = P V with V = its latent columns, already in its stages.
 //
-// Warps: warps 0-7 compute, warps 8-11 (the producer warpgroup) load. Compute warp w has row group rh = w / 4
-// (tile rows [32 rh, 32 rh + 32), or rows [0, 32) for both groups in pair mode), dim half
-// dh = (w / 2) % 2, key half kh = w % 2, and column quarter cq = w % 4.
+// Warps: warps 0-7 compute, warps 8-11 (the producer warpgroup) load. Compute warp w has row group
+// rh = w / 4 (tile rows [32 rh, 32 rh + 32), or rows [0, 32) for both groups in pair mode), dim
+// half dh = (w / 2) % 2, key half kh = w % 2, and column quarter cq = w % 4.
 //   S:  warp (rh, dh, kh) multiplies its 32 rows' Q over 144 of the CTA's 288 columns (Q in
 //       registers, 72 per thread) by keys [16 kh, 16 kh + 16) of the block: a 32 x 16 partial.
 //       It keeps rows [16 dh, 16 dh + 16) of the group and hands the other 16 rows to its dh
@@ -49,15 +49,16 @@
 #include <cstdint>
 
 #include "cuda/arch.h"
+#include "cuda/cluster/traits.h"
 #include "cuda/common/async.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/verify_device.cuh"
 #include "cuda/common/verify_kernel_params.h"
-#include "cuda/cluster/traits.h"
 #include "cuda/dispatch.h"
 
+// Test builds only (docs/testing.md): 1 tail mask ignored, 2 a key dropped, 3 LSE in base 2.
 #ifndef TREEMLA_KERNEL_MUTATION
-#define TREEMLA_KERNEL_MUTATION 0  // test builds only: 1 tail mask ignored, 2 a key dropped, 3 LSE base 2
+#define TREEMLA_KERNEL_MUTATION 0
 #endif
 
 namespace treemla::cuda::cluster {
@@ -85,8 +86,9 @@ struct Item {
   int split0, split1;        // split index of each sub-split (only 0 unless pair)
   int pb_begin0, pb_begin1;  // first prefix block
   int n_pb0, n_pb1;          // prefix blocks
-  uint64_t tail0, tail1;     // tail blocks (32-node blocks some row of the tile can see), last split only
-  int n0, n1;                // blocks: n_pb + tail blocks
+  // tail blocks (32-node blocks some row of the tile can see), last split only
+  uint64_t tail0, tail1;
+  int n0, n1;  // blocks: n_pb + tail blocks
 };
 
 template <typename V>
@@ -96,8 +98,8 @@ __device__ __forceinline__ V sub(int g, V a, V b) {
 
 // Tail blocks that some row of the tile can see: OR of the mask rows of the tile's nodes,
 // computed by the calling warp (all lanes return the same value).
-__device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp, const RequestSched& rs, int tile,
-                                                   int lane) {
+__device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
+                                                   const RequestSched& rs, int tile, int lane) {
   const int H = kp.p.num_heads;
   const int rows = rs.q_len * H;
   const int row0 = tile * kBlockM;
@@ -109,8 +111,12 @@ __device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
     const int node = node_lo + idx / words, w = idx - (idx / words) * words;
     const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(rs.q_start + node) * words + w];
     // 32-node blocks 2w and 2w+1 hold bits [64w, 64w+32) and [64w+32, 64w+64).
-    const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) | (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
-    if (2 * w < 32) lo |= bits << (2 * w); else hi |= bits << (2 * w - 32);
+    const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
+                          (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
+    if (2 * w < 32)
+      lo |= bits << (2 * w);
+    else
+      hi |= bits << (2 * w - 32);
   }
   lo = __reduce_or_sync(0xffffffffu, lo);
   hi = __reduce_or_sync(0xffffffffu, hi);
@@ -129,7 +135,8 @@ __device__ __forceinline__ Item decode_item(const VerifyKernelParams& kp, int it
   it.pair = it.rs.pair;
   const int nsub = it.pair ? 2 : 1;
   const int first = (local / it.rs.tiles) * nsub;
-  const bool tail_item = kp.p.part != VerifyPart::kPrefix && it.rs.q_len > 0 && first + nsub == it.rs.splits;
+  const bool tail_item =
+      kp.p.part != VerifyPart::kPrefix && it.rs.q_len > 0 && first + nsub == it.rs.splits;
   const uint64_t tbits = tail_item ? tile_tail_bits(kp, it.rs, it.tile, lane) : 0;
   auto range = [&](int s, int& pb_begin, int& n_pb) {
     // 32-bit is exact: pblocks <= kMaxPrefixLen / 32 = 2^15 and s <= splits <= pblocks.
@@ -187,16 +194,28 @@ __device__ __forceinline__ int block_seq(const Item& it, int g, int k) {
 template <class Tr>
 struct Smem {
   uint32_t base;
-  __device__ __forceinline__ uint32_t stage(int s) const { return base + Tr::kOffStages + s * Tr::kStageBytes; }
+  __device__ __forceinline__ uint32_t stage(int s) const {
+    return base + Tr::kOffStages + s * Tr::kStageBytes;
+  }
   __device__ __forceinline__ uint32_t full(int s) const { return base + Tr::kOffBars + 8 * s; }
-  __device__ __forceinline__ uint32_t empty(int s) const { return base + Tr::kOffBars + 8 * (Tr::kStages + s); }
-  __device__ __forceinline__ uint32_t yfull(int w) const { return base + Tr::kOffBars + 8 * (2 * Tr::kStages + w); }
+  __device__ __forceinline__ uint32_t empty(int s) const {
+    return base + Tr::kOffBars + 8 * (Tr::kStages + s);
+  }
+  __device__ __forceinline__ uint32_t yfull(int w) const {
+    return base + Tr::kOffBars + 8 * (2 * Tr::kStages + w);
+  }
   __device__ __forceinline__ uint32_t yempty(int w) const {
     return base + Tr::kOffBars + 8 * (2 * Tr::kStages + 8 + w);
   }
-  __device__ __forceinline__ uint32_t x(int w) const { return base + Tr::kOffX + w * Tr::kExchBytes; }
-  __device__ __forceinline__ uint32_t y(int w) const { return base + Tr::kOffY + w * Tr::kExchBytes; }
-  __device__ __forceinline__ uint32_t p(int slot) const { return base + Tr::kOffP + slot * Tr::kPSlotBytes; }
+  __device__ __forceinline__ uint32_t x(int w) const {
+    return base + Tr::kOffX + w * Tr::kExchBytes;
+  }
+  __device__ __forceinline__ uint32_t y(int w) const {
+    return base + Tr::kOffY + w * Tr::kExchBytes;
+  }
+  __device__ __forceinline__ uint32_t p(int slot) const {
+    return base + Tr::kOffP + slot * Tr::kPSlotBytes;
+  }
 };
 
 // Stage rows are 576 bytes: chunks 0-31 (latent) XOR-swizzled with the row's low three bits,
@@ -209,11 +228,14 @@ __device__ __forceinline__ uint32_t stage_offset(int row, int chunk) {
 
 __device__ __forceinline__ float4 lds_f4(uint32_t a) {
   float4 v;
-  asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+  asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(a));
   return v;
 }
 __device__ __forceinline__ void sts_f4(uint32_t a, float4 v) {
-  asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+  asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w));
 }
 __device__ __forceinline__ void sts_u32(uint32_t a, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v));
@@ -234,8 +256,8 @@ __device__ __forceinline__ uint32_t p_offset(int row, int chunk) {
 // have landed. (One bulk copy per row half was measured at ~40 ns per copy on the H200: the copy
 // engine, not the memory, bounded the kernel; see docs/verify-kernel.md.)
 template <typename T, class Tr>
-__device__ __forceinline__ void producer(const VerifyKernelParams& kp, const Smem<Tr>& sm, uint32_t crank,
-                                         int cluster_id, int num_clusters) {
+__device__ __forceinline__ void producer(const VerifyKernelParams& kp, const Smem<Tr>& sm,
+                                         uint32_t crank, int cluster_id, int num_clusters) {
   const int pt = threadIdx.x - 256, lane = threadIdx.x & 31;
   const int row = pt >> 2, sub = pt & 3;
   const int num_items = kp.hdr->num_items;
@@ -248,8 +270,13 @@ __device__ __forceinline__ void producer(const VerifyKernelParams& kp, const Sme
     for (int j = 0; j < total; ++j, ++seq) {
       int g = 0, k = j;
       if (it.pair) {
-        if (j < 2 * m) { g = j & 1; k = j >> 1; }
-        else { g = it.n0 > it.n1 ? 0 : 1; k = m + (j - 2 * m); }
+        if (j < 2 * m) {
+          g = j & 1;
+          k = j >> 1;
+        } else {
+          g = it.n0 > it.n1 ? 0 : 1;
+          k = m + (j - 2 * m);
+        }
       }
       const BlockDesc d = block_desc(it, g, k);
       const int t = d.t0 + row;
@@ -257,26 +284,34 @@ __device__ __forceinline__ void producer(const VerifyKernelParams& kp, const Sme
       if (t < d.limit) {
         const int entry = t >> kp.page_shift;
         if (entry < kp.p.page_table_stride) {
-          const int pg = __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry);
-          if (pg >= 0 && pg < kp.p.num_pages) page = pg;
-          else if (sub == 0) record_status(kp.hdr, kStatusPage, it.b, pg, t);  // zero-filled instead of read
+          const int pg =
+              __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry);
+          if (pg >= 0 && pg < kp.p.num_pages)
+            page = pg;
+          else if (sub == 0)
+            record_status(kp.hdr, kStatusPage, it.b, pg, t);  // zero-filled instead of read
         } else if (sub == 0) {
           record_status(kp.hdr, kStatusStride, it.b, t, kp.p.page_table_stride);
         }
       }
       const T* src = kv;  // not read when the copy is a zero fill
-      if (page >= 0) src += (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
+      if (page >= 0)
+        src +=
+            (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
       const int bytes = page >= 0 ? 16 : 0;
       const int stage = seq % Tr::kStages;
-      if (kp.wait_mode & 1) mbar_spin(sm.empty(stage), ((seq / Tr::kStages) & 1) ^ 1);
-      else mbar_wait(sm.empty(stage), ((seq / Tr::kStages) & 1) ^ 1);
+      if (kp.wait_mode & 1)
+        mbar_spin(sm.empty(stage), ((seq / Tr::kStages) & 1) ^ 1);
+      else
+        mbar_wait(sm.empty(stage), ((seq / Tr::kStages) & 1) ^ 1);
       const uint32_t dst = sm.stage(stage);
 #pragma unroll
       for (int c = 0; c < 8; ++c) {  // latent columns [256 c_rank, +256): chunks sub + 4 c
         const int ci = sub + 4 * c;
         cp_async_16(dst + stage_offset(row, ci), src + 256 * crank + 8 * ci, bytes);
       }
-      cp_async_16(dst + stage_offset(row, 32 + sub), src + 512 + 32 * crank + 8 * sub, bytes);  // rope
+      cp_async_16(dst + stage_offset(row, 32 + sub), src + 512 + 32 * crank + 8 * sub,
+                  bytes);  // rope
       cp_async_mbar_arrive(sm.full(stage));
     }
   }
@@ -285,21 +320,22 @@ __device__ __forceinline__ void producer(const VerifyKernelParams& kp, const Sme
 // ---- compute warps -------------------------------------------------------------------------
 
 template <typename T, class Tr>
-__device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem<Tr>& sm, unsigned char* smem, uint32_t crank,
-                        int cluster_id, int num_clusters) {
+__device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem<Tr>& sm,
+                                        unsigned char* smem, uint32_t crank, int cluster_id,
+                                        int num_clusters) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rh = warp >> 2, dh = (warp >> 1) & 1, kh = warp & 1, cq = warp & 3;
   const int g8 = lane >> 2, q4 = lane & 3;
   const int H = kp.p.num_heads;
   const float sc = kp.scale_log2;
   const uint32_t peer = crank ^ 1u;
-  float* max_x = reinterpret_cast<float*>(smem + Tr::kOffMax);    // [2][8][16]
+  float* max_x = reinterpret_cast<float*>(smem + Tr::kOffMax);      // [2][8][16]
   float* alpha_x = reinterpret_cast<float*>(smem + Tr::kOffAlpha);  // [2][64]
-  float* epi_l = reinterpret_cast<float*>(smem + Tr::kOffEpiL);   // [8][16]
-  float* epi_m = reinterpret_cast<float*>(smem + Tr::kOffEpiM);   // [64]
-  const int bar_x = 1 + rh * 2 + kh;    // dh pair
-  const int bar_max = 5 + rh * 2 + dh;  // kh pair
-  const int bar_grp = 9 + rh;           // row group
+  float* epi_l = reinterpret_cast<float*>(smem + Tr::kOffEpiL);     // [8][16]
+  float* epi_m = reinterpret_cast<float*>(smem + Tr::kOffEpiM);     // [64]
+  const int bar_x = 1 + rh * 2 + kh;                                // dh pair
+  const int bar_max = 5 + rh * 2 + dh;                              // kh pair
+  const int bar_grp = 9 + rh;                                       // row group
   const int num_items = kp.hdr->num_items;
   int seq_base = 0;  // producer sequence number of this item's first block
   int cnt = 0;       // blocks this warp has processed (exchange slots and Y phases)
@@ -314,7 +350,8 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
     const int grp_row0 = it.pair ? 0 : 32 * rh;  // this group's first row within the tile
 
     // Q fragments: group rows [grp_row0, +32) (two m16 tiles), k-steps [9 dh, 9 dh + 9) of the
-    // CTA's 288 columns: k-step kk < 16 is latent column 256 c + 16 kk, else rope 512 + 32 c + 16 (kk - 16).
+    // CTA's 288 columns: k-step kk < 16 is latent column 256 c + 16 kk, else rope 512 + 32 c + 16
+    // (kk - 16).
     uint32_t qf[2][9][4];
     {
       const T* q = static_cast<const T*>(kp.p.q);
@@ -328,7 +365,8 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
 #pragma unroll
         for (int j = 0; j < 9; ++j) {
           const int kk = 9 * dh + j;
-          const int col = kk < 16 ? 256 * static_cast<int>(crank) + 16 * kk : 512 + 32 * static_cast<int>(crank) + 16 * (kk - 16);
+          const int col = kk < 16 ? 256 * static_cast<int>(crank) + 16 * kk
+                                  : 512 + 32 * static_cast<int>(crank) + 16 * (kk - 16);
           qf[mt][j][0] = va ? __ldg(pa + col / 2) : 0u;
           qf[mt][j][1] = vb ? __ldg(pb + col / 2) : 0u;
           qf[mt][j][2] = va ? __ldg(pa + col / 2 + 4) : 0u;
@@ -340,9 +378,11 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
     const int own0 = grp_row0 + 16 * dh + g8, own1 = own0 + 8;
     const bool ov0 = row0 + own0 < rows, ov1 = row0 + own1 < rows;
     const uint32_t* mrow0 = reinterpret_cast<const uint32_t*>(
-        kp.p.tree_mask + static_cast<int64_t>(rs.q_start + (ov0 ? (row0 + own0) / H : 0)) * kp.p.mask_words);
+        kp.p.tree_mask +
+        static_cast<int64_t>(rs.q_start + (ov0 ? (row0 + own0) / H : 0)) * kp.p.mask_words);
     const uint32_t* mrow1 = reinterpret_cast<const uint32_t*>(
-        kp.p.tree_mask + static_cast<int64_t>(rs.q_start + (ov1 ? (row0 + own1) / H : 0)) * kp.p.mask_words);
+        kp.p.tree_mask +
+        static_cast<int64_t>(rs.q_start + (ov1 ? (row0 + own1) / H : 0)) * kp.p.mask_words);
 
     float o[2][8][4];
 #pragma unroll
@@ -359,7 +399,7 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
     // This warp's K rows: keys 16 kh + (mat / 2) * 8 + lane % 8, chunks 2 kk + mat % 2.
     const int krow = 16 * kh + (mat >> 1) * 8 + (lane & 7);
     // Partial scores of one block: 32 rows x 16 keys over this warp's 144 columns.
-    auto qk = [&](uint32_t st, float (&acc)[2][2][4]) {
+    auto qk = [&](uint32_t st, float(&acc)[2][2][4]) {
 #pragma unroll
       for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -377,15 +417,16 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
     };
     // X, first half: hand m-tile 1 - dh of the partial to the dh sibling. (Selects, not
     // acc[dh]: a register array indexed at run time would go to local memory.)
-    auto x_write = [&](const float (&acc)[2][2][4]) {
+    auto x_write = [&](const float(&acc)[2][2][4]) {
       const uint32_t xo = sm.x(warp) + lane * 16;
 #pragma unroll
       for (int n = 0; n < 2; ++n)
-        sts_f4(xo + 512 * n, make_float4(dh ? acc[0][n][0] : acc[1][n][0], dh ? acc[0][n][1] : acc[1][n][1],
-                                         dh ? acc[0][n][2] : acc[1][n][2], dh ? acc[0][n][3] : acc[1][n][3]));
+        sts_f4(xo + 512 * n,
+               make_float4(dh ? acc[0][n][0] : acc[1][n][0], dh ? acc[0][n][1] : acc[1][n][1],
+                           dh ? acc[0][n][2] : acc[1][n][2], dh ? acc[0][n][3] : acc[1][n][3]));
     };
     // X, second half (after the pair's barrier): own m-tile dh plus the sibling's half of it.
-    auto x_read = [&](const float (&acc)[2][2][4], float (&x)[2][4]) {
+    auto x_read = [&](const float(&acc)[2][2][4], float(&x)[2][4]) {
       const uint32_t xi = sm.x(warp ^ 2) + lane * 16;
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
@@ -401,10 +442,12 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
     // completes with release semantics on them; an acquire at cluster scope would invalidate L1
     // (CCTL.IVALL) on every block.
     int ycnt = cnt;  // exchanges this warp has made (one per block), the Y barriers' phase
-    auto y_send = [&](const float (&x)[2][4]) {
+    auto y_send = [&](const float(&x)[2][4]) {
       if (kp.wait_mode & 8) return;  // timing ablation only (wrong results)
-      if (kp.wait_mode & 4) mbar_spin(sm.yempty(warp), (ycnt & 1) ^ 1);
-      else mbar_wait(sm.yempty(warp), (ycnt & 1) ^ 1);
+      if (kp.wait_mode & 4)
+        mbar_spin(sm.yempty(warp), (ycnt & 1) ^ 1);
+      else
+        mbar_wait(sm.yempty(warp), (ycnt & 1) ^ 1);
       const uint32_t ry = map_to_rank(sm.y(warp) + lane * 16, peer);
       const uint32_t rbar = map_to_rank(sm.yfull(warp), peer);
       st_async_v4(ry, make_float4(x[0][0], x[0][1], x[0][2], x[0][3]), rbar);
@@ -432,8 +475,10 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
       // ---- block i + 1: partial scores, first half of the X swap ----
       if (has_next) {
         const int seq1 = seq_base + block_seq(it, g, i + 1);
-        if (kp.wait_mode & 2) mbar_spin(sm.full(seq1 % Tr::kStages), (seq1 / Tr::kStages) & 1);
-        else mbar_wait(sm.full(seq1 % Tr::kStages), (seq1 / Tr::kStages) & 1);
+        if (kp.wait_mode & 2)
+          mbar_spin(sm.full(seq1 % Tr::kStages), (seq1 / Tr::kStages) & 1);
+        else
+          mbar_wait(sm.full(seq1 % Tr::kStages), (seq1 / Tr::kStages) & 1);
         qk(sm.stage(seq1 % Tr::kStages), acc);
         // The sibling read the previous X before the last row-group barrier; in the first
         // iteration no such barrier lies between its read (prologue) and this write: add one.
@@ -448,12 +493,20 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[n][e] = x[n][e];
       } else {
-        if (kp.wait_mode & 4) mbar_spin(sm.yfull(warp), cnt & 1);
-        else mbar_wait(sm.yfull(warp), cnt & 1);
+        if (kp.wait_mode & 4)
+          mbar_spin(sm.yfull(warp), cnt & 1);
+        else
+          mbar_wait(sm.yfull(warp), cnt & 1);
         const uint32_t yi = sm.y(warp) + lane * 16;
         const float4 a = lds_f4(yi), c = lds_f4(yi + 512);
-        s[0][0] = x[0][0] + a.x; s[0][1] = x[0][1] + a.y; s[0][2] = x[0][2] + a.z; s[0][3] = x[0][3] + a.w;
-        s[1][0] = x[1][0] + c.x; s[1][1] = x[1][1] + c.y; s[1][2] = x[1][2] + c.z; s[1][3] = x[1][3] + c.w;
+        s[0][0] = x[0][0] + a.x;
+        s[0][1] = x[0][1] + a.y;
+        s[0][2] = x[0][2] + a.z;
+        s[0][3] = x[0][3] + a.w;
+        s[1][0] = x[1][0] + c.x;
+        s[1][1] = x[1][1] + c.y;
+        s[1][2] = x[1][2] + c.z;
+        s[1][3] = x[1][3] + c.w;
       }
       // ---- block i + 1: second half of the X swap ----
       if (has_next) {
@@ -463,7 +516,9 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
       // ---- mask (tail blocks and the last, partial prefix block) ----
       bool need_mask = d.jb >= 0 || d.limit - d.t0 < 32;
 #if TREEMLA_KERNEL_MUTATION == 2
-      const bool drop_first = d.jb < 0 && i == 0 && sub(g, it.pb_begin0, it.pb_begin1) > 0;  // mutation: the split's first key
+      const bool drop_first =
+          d.jb < 0 && i == 0 &&
+          sub(g, it.pb_begin0, it.pb_begin1) > 0;  // mutation: the split's first key
       need_mask = need_mask || drop_first;
 #endif
       if (need_mask) {
@@ -477,7 +532,10 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
         }
 #endif
 #if TREEMLA_KERNEL_MUTATION == 2
-        if (drop_first) { vis0 &= ~1u; vis1 &= ~1u; }
+        if (drop_first) {
+          vis0 &= ~1u;
+          vis1 &= ~1u;
+        }
 #endif
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
@@ -497,7 +555,10 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         float* mxs = max_x + slot * 128;
-        if (q4 == 0) { mxs[warp * 16 + g8] = mx0; mxs[warp * 16 + g8 + 8] = mx1; }
+        if (q4 == 0) {
+          mxs[warp * 16 + g8] = mx0;
+          mxs[warp * 16 + g8 + 8] = mx1;
+        }
         named_barrier(bar_max, 64);
         mx0 = fmaxf(fmaxf(mx0, mxs[(warp ^ 1) * 16 + g8]), m0);
         mx1 = fmaxf(fmaxf(mx1, mxs[(warp ^ 1) * 16 + g8 + 8]), m1);
@@ -513,8 +574,10 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
         const int prow0 = 32 * rh + 16 * dh + g8, prow1 = prow0 + 8;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const float p0 = fast_exp2(fmaf(s[n][0], sc, -mu0)), p1 = fast_exp2(fmaf(s[n][1], sc, -mu0));
-          const float p2 = fast_exp2(fmaf(s[n][2], sc, -mu1)), p3 = fast_exp2(fmaf(s[n][3], sc, -mu1));
+          const float p0 = fast_exp2(fmaf(s[n][0], sc, -mu0)),
+                      p1 = fast_exp2(fmaf(s[n][1], sc, -mu0));
+          const float p2 = fast_exp2(fmaf(s[n][2], sc, -mu1)),
+                      p3 = fast_exp2(fmaf(s[n][3], sc, -mu1));
           rs0 += p0 + p1;
           rs1 += p2 + p3;
           const int chunk = 2 * kh + n;
@@ -546,8 +609,14 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
         if (__any_sync(0xffffffffu, a00 != 1.f || a01 != 1.f || a10 != 1.f || a11 != 1.f)) {
 #pragma unroll
           for (int n = 0; n < 8; ++n) {
-            o[0][n][0] *= a00; o[0][n][1] *= a00; o[0][n][2] *= a01; o[0][n][3] *= a01;
-            o[1][n][0] *= a10; o[1][n][1] *= a10; o[1][n][2] *= a11; o[1][n][3] *= a11;
+            o[0][n][0] *= a00;
+            o[0][n][1] *= a00;
+            o[0][n][2] *= a01;
+            o[0][n][3] *= a01;
+            o[1][n][0] *= a10;
+            o[1][n][1] *= a10;
+            o[1][n][2] *= a11;
+            o[1][n][3] *= a11;
           }
         }
         const uint32_t pbase = sm.p(slot);
@@ -559,12 +628,14 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
             const int prow = 32 * rh + 16 * mt + (lane & 15);
-            ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], pbase + p_offset(prow, 2 * kk + (lane >> 4)));
+            ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3],
+                        pbase + p_offset(prow, 2 * kk + (lane >> 4)));
           }
 #pragma unroll
           for (int np = 0; np < 4; ++np) {
             uint32_t b0, b1, b2, b3;
-            ldmatrix_x4_trans(b0, b1, b2, b3, st + stage_offset(16 * kk + vrow, 8 * cq + 2 * np + (mat >> 1)));
+            ldmatrix_x4_trans(b0, b1, b2, b3,
+                              st + stage_offset(16 * kk + vrow, 8 * cq + 2 * np + (mat >> 1)));
             if (kp.wait_mode & 32) continue;  // timing ablation only (wrong results)
             mma_16816<T>(o[0][2 * np], pa[0], b0, b1);
             mma_16816<T>(o[0][2 * np + 1], pa[0], b2, b3);
@@ -603,7 +674,7 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
         const int gr = 16 * mt + 8 * h8 + g8;  // row within the group
         const int rl = grp_row0 + gr;          // row within the tile
         if (row0 + rl >= rows) continue;
-        const int ow = rh * 4 + mt * 2;        // the owner warps (kh = 0, 1) of this row
+        const int ow = rh * 4 + mt * 2;  // the owner warps (kh = 0, 1) of this row
         const float l = epi_l[ow * 16 + 8 * h8 + g8] + epi_l[(ow + 1) * 16 + 8 * h8 + g8];
         const float mrow = epi_m[32 * rh + gr];
         const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -613,17 +684,20 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
           T* out = static_cast<T*>(kp.o) + grow * kHeadDimV + 256 * crank + 64 * cq + 2 * q4;
 #pragma unroll
           for (int n = 0; n < 8; ++n)
-            *reinterpret_cast<uint32_t*>(out + 8 * n) = pack2<T>(o[mt][n][2 * h8] * inv, o[mt][n][2 * h8 + 1] * inv);
+            *reinterpret_cast<uint32_t*>(out + 8 * n) =
+                pack2<T>(o[mt][n][2 * h8] * inv, o[mt][n][2 * h8 + 1] * inv);
 #if TREEMLA_KERNEL_MUTATION == 3
           if (crank == 0 && cq == 0 && q4 == 0) kp.lse[grow] = lse2;  // mutation: LSE in base 2
 #else
           if (crank == 0 && cq == 0 && q4 == 0) kp.lse[grow] = lse2 * kLn2;
 #endif
         } else {
-          float* po = kp.part_o + (pslot * kBlockM + rl) * kHeadDimV + 256 * crank + 64 * cq + 2 * q4;
+          float* po =
+              kp.part_o + (pslot * kBlockM + rl) * kHeadDimV + 256 * crank + 64 * cq + 2 * q4;
 #pragma unroll
           for (int n = 0; n < 8; ++n)
-            *reinterpret_cast<float2*>(po + 8 * n) = make_float2(o[mt][n][2 * h8] * inv, o[mt][n][2 * h8 + 1] * inv);
+            *reinterpret_cast<float2*>(po + 8 * n) =
+                make_float2(o[mt][n][2 * h8] * inv, o[mt][n][2 * h8 + 1] * inv);
           if (crank == 0 && cq == 0 && q4 == 0) kp.part_lse[pslot * kBlockM + rl] = lse2;
         }
       }
@@ -636,7 +710,8 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
 
 // The kernel. Launched with a cluster dimension of 2 (verify_api.cu); one CTA pair per cluster.
 template <typename T, class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) verify_cluster_kernel(const __grid_constant__ VerifyKernelParams kp) {
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    verify_cluster_kernel(const __grid_constant__ VerifyKernelParams kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (config_fits_arch<Tr::kSmemBytes>()) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -645,7 +720,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) verify_cluster_kernel(const _
     if (threadIdx.x == 0) {
       for (int s = 0; s < Tr::kStages; ++s) {
         mbar_init(sm.full(s), 128);  // the producer warpgroup's threads, when their copies land
-        mbar_init(sm.empty(s), 8);  // the computing warps that read the stage
+        mbar_init(sm.empty(s), 8);   // the computing warps that read the stage
       }
       for (int w = 0; w < 8; ++w) {
         mbar_init(sm.yfull(w), 1);
@@ -680,8 +755,12 @@ namespace treemla::cuda {
 template <class Tr>
 KernelEntry make_cluster_entry() {
   using T = typename Tr::Element;
-  return {reinterpret_cast<const void*>(&cluster::verify_cluster_kernel<T, Tr>), Tr::kThreads, Tr::kSmemBytes,
-          Tr::kClusterSize, 32, 90};
+  return {reinterpret_cast<const void*>(&cluster::verify_cluster_kernel<T, Tr>),
+          Tr::kThreads,
+          Tr::kSmemBytes,
+          Tr::kClusterSize,
+          32,
+          90};
 }
 
 }  // namespace treemla::cuda

@@ -1,6 +1,6 @@
 // Host side of the device status record (device_status.h): read back, clear, hand to the check.
-#include "treemla/cuda/check.h"
 #include "cuda/common/device_status.h"
+#include "treemla/cuda/check.h"
 
 namespace treemla::cuda {
 

@@ -34,9 +34,9 @@ enum StatusCode : int {
   kStatusPartials = 6,   // the schedule needs more partial slots than the plan holds (a bug)
   kStatusStride = 7,     // a row past page_table_stride * page_size: request, row, stride
   // page moves and page-table updates (check_move_status)
-  kStatusBadPageMove = 8,     // moves[index] names a page outside [0, num_pages)
-  kStatusBadRowMove = 9,      // moves[index] names a page or slot outside the cache
-  kStatusBadTableUpdate = 10, // update index: bad row, list longer than stride, or a bad page
+  kStatusBadPageMove = 8,      // moves[index] names a page outside [0, num_pages)
+  kStatusBadRowMove = 9,       // moves[index] names a page or slot outside the cache
+  kStatusBadTableUpdate = 10,  // update index: bad row, list longer than stride, or a bad page
 };
 
 struct DeviceStatus {

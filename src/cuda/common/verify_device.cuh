@@ -19,7 +19,10 @@ __device__ __forceinline__ int find_base(const int* base, int n, int x) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (base[mid] <= x) lo = mid; else hi = mid - 1;
+    if (base[mid] <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }

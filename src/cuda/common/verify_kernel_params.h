@@ -11,13 +11,13 @@
 
 namespace treemla::cuda {
 
-constexpr int kBlockM = 64;      // folded (node, head) rows per work item
+constexpr int kBlockM = 64;         // folded (node, head) rows per work item
 constexpr int kMinChunkBlocks = 8;  // a work item reads at least this many prefix blocks
 
 struct WorkspaceHeader {
-  int counter;          // next work item of the main kernel; reset by schedule and combine
-  int num_items;        // work items of this call
-  int num_groups;       // (request, tile) groups with more than one split
+  int counter;     // next work item of the main kernel; reset by schedule and combine
+  int num_items;   // work items of this call
+  int num_groups;  // (request, tile) groups with more than one split
   int reserved;
   DeviceStatus status;  // first failed device-side check (device_status.h); check_status reads it
 };
@@ -25,27 +25,27 @@ static_assert(offsetof(WorkspaceHeader, status) == 16 && sizeof(WorkspaceHeader)
               "the header's layout: four counters, then the status record");
 
 struct RequestSched {
-  int q_start;     // q_indptr[b]
-  int q_len;       // 0 when the request was rejected by a check
+  int q_start;  // q_indptr[b]
+  int q_len;    // 0 when the request was rejected by a check
   int prefix_len;
-  int tiles;       // ceil(q_len * H / kBlockM)
-  int pblocks;     // prefix blocks of kBlockN rows (0 for VerifyPart::kTail)
-  int splits;      // prefix splits, >= 1; split s reads prefix blocks
-                   // [s * pblocks / splits, (s + 1) * pblocks / splits); the last also the tail
-  int part_base;   // first partial slot (only when splits > 1)
+  int tiles;      // ceil(q_len * H / kBlockM)
+  int pblocks;    // prefix blocks of kBlockN rows (0 for VerifyPart::kTail)
+  int splits;     // prefix splits, >= 1; split s reads prefix blocks
+                  // [s * pblocks / splits, (s + 1) * pblocks / splits); the last also the tail
+  int part_base;  // first partial slot (only when splits > 1)
   int pair;       // 1: the row tile is processed as two sub-splits at once (cluster family)
 };
 
 struct VerifyKernelParams {
   VerifyParams p;
-  void* o;            // [total_q, H, 512] p.dtype
-  float* lse;         // [total_q, H] natural log
-  float scale_log2;   // sm_scale * log2(e)
-  int page_shift;     // log2(page_size)
+  void* o;           // [total_q, H, 512] p.dtype
+  float* lse;        // [total_q, H] natural log
+  float scale_log2;  // sm_scale * log2(e)
+  int page_shift;    // log2(page_size)
   int target_items;
   int partial_slots;
   long long max_total_q;
-  int pair_rows;      // row tiles of at most this many rows run as sub-split pairs (0: never)
+  int pair_rows;  // row tiles of at most this many rows run as sub-split pairs (0: never)
   // Measurement switches of the cluster family, from the environment variable TREEMLA_WAIT_MODE
   // (0 in normal use): 1/2/4 spin on test_wait instead of try_wait (producer empty / stage full /
   // peer exchange waits); timing ablations that give WRONG results: 8 skips the peer exchange,
@@ -53,11 +53,11 @@ struct VerifyKernelParams {
   int wait_mode;
   // workspace views
   WorkspaceHeader* hdr;
-  int* item_base;      // [batch + 1]
-  int* group_base;     // [batch + 1]
-  RequestSched* sched; // [batch]
-  float* part_o;       // [partial_slots, kBlockM, 512] normalized partial outputs
-  float* part_lse;     // [partial_slots, kBlockM] log2-domain LSE of each partial
+  int* item_base;       // [batch + 1]
+  int* group_base;      // [batch + 1]
+  RequestSched* sched;  // [batch]
+  float* part_o;        // [partial_slots, kBlockM, 512] normalized partial outputs
+  float* part_lse;      // [partial_slots, kBlockM] log2-domain LSE of each partial
 };
 
 // Workspace layout, computed identically on host and device.
@@ -70,12 +70,18 @@ inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots) {
   WorkspaceLayout l{};
   size_t off = 0;
-  l.header = off;      off = align_up(off + sizeof(WorkspaceHeader), 256);
-  l.item_base = off;   off = align_up(off + sizeof(int) * (max_batch + 1), 256);
-  l.group_base = off;  off = align_up(off + sizeof(int) * (max_batch + 1), 256);
-  l.sched = off;       off = align_up(off + sizeof(RequestSched) * max_batch, 256);
-  l.part_o = off;      off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM * kHeadDimV, 256);
-  l.part_lse = off;    off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM, 256);
+  l.header = off;
+  off = align_up(off + sizeof(WorkspaceHeader), 256);
+  l.item_base = off;
+  off = align_up(off + sizeof(int) * (max_batch + 1), 256);
+  l.group_base = off;
+  off = align_up(off + sizeof(int) * (max_batch + 1), 256);
+  l.sched = off;
+  off = align_up(off + sizeof(RequestSched) * max_batch, 256);
+  l.part_o = off;
+  off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM * kHeadDimV, 256);
+  l.part_lse = off;
+  off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM, 256);
   l.total = off;
   return l;
 }

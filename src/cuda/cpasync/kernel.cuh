@@ -8,9 +8,9 @@
 //
 // A work item owns one row tile -- kBlockM = 64 consecutive folded rows of one request, where
 // folded row r is (tree node r / H, head r % H), exactly the memory order of q, o and lse --
-// and one split of the request's prefix (a range of 32-row KV blocks, see schedule.cu). The last split of
-// a tile also attends the tree tail: the 32-row blocks of tail nodes that at least one row of
-// the tile can see (ancestor bitmask), masked per row.
+// and one split of the request's prefix (a range of 32-row KV blocks, see schedule.cu). The last
+// split of a tile also attends the tree tail: the 32-row blocks of tail nodes that at least one row
+// of the tile can see (ancestor bitmask), masked per row.
 //
 // Warps: warp w owns rows 16 * (w / 2) .. +15 of the tile and "half" h = w % 2.
 //   S = Q K^T: each warp keeps its rows' Q columns [288 h, 288 h + 288) in registers (72 regs)
@@ -86,7 +86,8 @@ struct RowPage {
 };
 
 template <class Tr>
-__device__ __forceinline__ RowPage fetch_row_page(const VerifyKernelParams& kp, int b, const BlockDesc& d) {
+__device__ __forceinline__ RowPage fetch_row_page(const VerifyKernelParams& kp, int b,
+                                                  const BlockDesc& d) {
   static_assert(Tr::kThreads == Tr::kBlockN * 8, "one row per 8 threads");
   RowPage rp;
   rp.t = d.t0 + (threadIdx.x >> 3);
@@ -103,15 +104,17 @@ __device__ __forceinline__ RowPage fetch_row_page(const VerifyKernelParams& kp, 
 }
 
 template <typename T, class Tr>
-__device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int b, T* dst, const RowPage& rp,
-                                               bool in_block) {
+__device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int b, T* dst,
+                                               const RowPage& rp, bool in_block) {
   constexpr int kChunksPerThread = kHeadDimQK / 8 / 8;  // 9
   const int sub = threadIdx.x & 7;
   const T* src = static_cast<const T*>(kp.p.kv_cache);
   int bytes = 0;
   if (in_block && rp.page != kNoRow) {
     if (rp.page >= 0 && rp.page < kp.p.num_pages) {
-      src += (static_cast<int64_t>(rp.page) * kp.p.page_size + (rp.t & (kp.p.page_size - 1))) * kHeadDimQK + sub * 8;
+      src += (static_cast<int64_t>(rp.page) * kp.p.page_size + (rp.t & (kp.p.page_size - 1))) *
+                 kHeadDimQK +
+             sub * 8;
       bytes = 16;
     } else {
       record_status(kp.hdr, kStatusPage, b, rp.page, rp.t);  // zero-filled instead of read
@@ -119,7 +122,8 @@ __device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int
   }
   const uint32_t s0 = smem_u32(dst + (threadIdx.x >> 3) * Tr::kRowStride + sub * 8);
 #pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) cp_async_16(s0 + i * 128, bytes ? src + i * 64 : src, bytes);
+  for (int i = 0; i < kChunksPerThread; ++i)
+    cp_async_16(s0 + i * 128, bytes ? src + i * 64 : src, bytes);
   cp_async_commit();
 }
 
@@ -177,7 +181,9 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   }
   const int n_blocks = n_pb + __popcll(tail_bits);
 
-  auto desc = [&](int it) { return block_desc(it, pb_begin, n_pb, tail_bits, rs.prefix_len, rs.q_len, kBlockN); };
+  auto desc = [&](int it) {
+    return block_desc(it, pb_begin, n_pb, tail_bits, rs.prefix_len, rs.q_len, kBlockN);
+  };
   // Prologue: start the first kStages - 1 loads, and the page lookup of the next one.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -185,10 +191,11 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     issue_kv_block<T, Tr>(kp, b, sKV + s * kBlockN * Tr::kRowStride,
                           in ? fetch_row_page<Tr>(kp, b, desc(s)) : RowPage{0, kNoRow}, in);
   }
-  RowPage next_rp = kStages - 1 < n_blocks ? fetch_row_page<Tr>(kp, b, desc(kStages - 1)) : RowPage{0, kNoRow};
+  RowPage next_rp =
+      kStages - 1 < n_blocks ? fetch_row_page<Tr>(kp, b, desc(kStages - 1)) : RowPage{0, kNoRow};
 
   // This thread's two rows (g and g + 8 of the warp's 16).
-  const int row_rg = kSplitKeys ? 0 : rg;      // whose rows this warp computes
+  const int row_rg = kSplitKeys ? 0 : rg;        // whose rows this warp computes
   const int key_base = kSplitKeys ? 8 * rg : 0;  // first key column of this warp in a block
   const int rl0 = row_rg * 16 + g, rl1 = rl0 + 8;
   const int r0 = row0 + rl0, r1 = row0 + rl1;
@@ -203,8 +210,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   uint32_t qf[18][4];
   {
     const T* q = static_cast<const T*>(kp.p.q);
-    const uint32_t* q0 = reinterpret_cast<const uint32_t*>(q + grow0 * kHeadDimQK + half * 288 + q4 * 2);
-    const uint32_t* q1 = reinterpret_cast<const uint32_t*>(q + grow1 * kHeadDimQK + half * 288 + q4 * 2);
+    const uint32_t* q0 =
+        reinterpret_cast<const uint32_t*>(q + grow0 * kHeadDimQK + half * 288 + q4 * 2);
+    const uint32_t* q1 =
+        reinterpret_cast<const uint32_t*>(q + grow1 * kHeadDimQK + half * 288 + q4 * 2);
 #pragma unroll
     for (int ks = 0; ks < 18; ++ks) {
       qf[ks][0] = v0 ? __ldg(q0 + ks * 8) : 0u;
@@ -234,7 +243,8 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     {
       // Always commit a group (possibly empty) so the wait count above stays right.
       const int nxt = it + kStages - 1;
-      issue_kv_block<T, Tr>(kp, b, sKV + (nxt % kStages) * kBlockN * Tr::kRowStride, next_rp, nxt < n_blocks);
+      issue_kv_block<T, Tr>(kp, b, sKV + (nxt % kStages) * kBlockN * Tr::kRowStride, next_rp,
+                            nxt < n_blocks);
       if (nxt + 1 < n_blocks) next_rp = fetch_row_page<Tr>(kp, b, desc(nxt + 1));
     }
     if (!active) continue;
@@ -254,7 +264,8 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
                                      half * 288 + (mat & 1) * 8);
       if constexpr (kSplitKeys) {
         // One n8 tile (this warp's 8 keys); each x4 load covers two k-steps of it.
-        const uint32_t kbase = smem_u32(sK + (key_base + (lane & 7)) * Tr::kRowStride + half * 288 + mat * 8);
+        const uint32_t kbase =
+            smem_u32(sK + (key_base + (lane & 7)) * Tr::kRowStride + half * 288 + mat * 8);
 #pragma unroll
         for (int ks = 0; ks < 18; ks += 2) {
           uint32_t b0, b1, b2, b3;
@@ -278,7 +289,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
       }
 #pragma unroll
       for (int i = 0; i < kNT; ++i) {
-        s[i][0] += s2[i][0]; s[i][1] += s2[i][1]; s[i][2] += s2[i][2]; s[i][3] += s2[i][3];
+        s[i][0] += s2[i][0];
+        s[i][1] += s2[i][1];
+        s[i][2] += s2[i][2];
+        s[i][3] += s2[i][3];
       }
     }
     // ---- swap partial S with the other half of the row group ----
@@ -286,7 +300,8 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     for (int nt = 0; nt < kNT; ++nt) {
       const int col = nt * 8 + q4 * 2;
       *reinterpret_cast<float2*>(my_s + g * Tr::kSStride + col) = make_float2(s[nt][0], s[nt][1]);
-      *reinterpret_cast<float2*>(my_s + (g + 8) * Tr::kSStride + col) = make_float2(s[nt][2], s[nt][3]);
+      *reinterpret_cast<float2*>(my_s + (g + 8) * Tr::kSStride + col) =
+          make_float2(s[nt][2], s[nt][3]);
     }
     named_barrier(1 + rg, 64);
 #pragma unroll
@@ -294,7 +309,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
       const int col = nt * 8 + q4 * 2;
       const float2 a = *reinterpret_cast<const float2*>(other_s + g * Tr::kSStride + col);
       const float2 c = *reinterpret_cast<const float2*>(other_s + (g + 8) * Tr::kSStride + col);
-      s[nt][0] += a.x; s[nt][1] += a.y; s[nt][2] += c.x; s[nt][3] += c.y;
+      s[nt][0] += a.x;
+      s[nt][1] += a.y;
+      s[nt][2] += c.x;
+      s[nt][3] += c.y;
     }
 
     // ---- mask (only tail blocks and the last, partial prefix block need one) ----
@@ -351,8 +369,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        o[i][0] *= alpha0; o[i][1] *= alpha0;
-        o[i][2] *= alpha1; o[i][3] *= alpha1;
+        o[i][0] *= alpha0;
+        o[i][1] *= alpha0;
+        o[i][2] *= alpha1;
+        o[i][3] *= alpha1;
       }
     }
 
@@ -361,10 +381,12 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
       // One 16-key k-step holding this warp's 8 keys in its lower (even row group) or upper
       // (odd) half, P = 0 in the other half, whose V rows are the sibling's (finite) keys.
       const int mat = lane >> 3;
-      const uint32_t vbase = smem_u32(sK + (16 * (rg >> 1) + (mat & 1) * 8 + (lane & 7)) * Tr::kRowStride +
-                                      half * 256 + (mat >> 1) * 8);
+      const uint32_t vbase =
+          smem_u32(sK + (16 * (rg >> 1) + (mat & 1) * 8 + (lane & 7)) * Tr::kRowStride +
+                   half * 256 + (mat >> 1) * 8);
       const uint32_t p0 = pack2<T>(s[0][0], s[0][1]), p1 = pack2<T>(s[0][2], s[0][3]);
-      const uint32_t a[4] = {(rg & 1) ? 0u : p0, (rg & 1) ? 0u : p1, (rg & 1) ? p0 : 0u, (rg & 1) ? p1 : 0u};
+      const uint32_t a[4] = {(rg & 1) ? 0u : p0, (rg & 1) ? 0u : p1, (rg & 1) ? p0 : 0u,
+                             (rg & 1) ? p1 : 0u};
 #pragma unroll
       for (int np = 0; np < 16; ++np) {
         uint32_t b0, b1, b2, b3;
@@ -402,11 +424,12 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   if constexpr (kSplitKeys) {
     // Merge the four row groups' states of the same 16 rows through the idle KV stages, in two
     // rounds: 1 -> 0 and 3 -> 2, then 2 -> 0. Row group 0 then holds the whole tile.
-    static_assert(2 * 16 * kHeadDimV * 4 + 4 * 16 * 4 <= Tr::kKVBytes, "merge buffer must fit the stages");
+    static_assert(2 * 16 * kHeadDimV * 4 + 4 * 16 * 4 <= Tr::kKVBytes,
+                  "merge buffer must fit the stages");
     float* xo = reinterpret_cast<float*>(smem);  // [2][16][512] O
-    float* xm = xo + 2 * 16 * kHeadDimV;          // [2][16] row max (unscaled)
-    float* xl = xm + 2 * 16;                      // [2][16] row sum
-    __syncthreads();  // every warp is done with the stages
+    float* xm = xo + 2 * 16 * kHeadDimV;         // [2][16] row max (unscaled)
+    float* xl = xm + 2 * 16;                     // [2][16] row sum
+    __syncthreads();                             // every warp is done with the stages
 #pragma unroll
     for (int round = 0; round < 2; ++round) {
       const bool sender = round == 0 ? (rg & 1) != 0 : rg == 2;
@@ -418,11 +441,14 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
         for (int nt = 0; nt < 32; ++nt) {
           const int col = half * 256 + nt * 8 + q4 * 2;
           *reinterpret_cast<float2*>(so + g * kHeadDimV + col) = make_float2(o[nt][0], o[nt][1]);
-          *reinterpret_cast<float2*>(so + (g + 8) * kHeadDimV + col) = make_float2(o[nt][2], o[nt][3]);
+          *reinterpret_cast<float2*>(so + (g + 8) * kHeadDimV + col) =
+              make_float2(o[nt][2], o[nt][3]);
         }
         if (half == 0 && q4 == 0) {
-          xm[slot * 16 + g] = m0; xm[slot * 16 + g + 8] = m1;
-          xl[slot * 16 + g] = l0; xl[slot * 16 + g + 8] = l1;
+          xm[slot * 16 + g] = m0;
+          xm[slot * 16 + g + 8] = m1;
+          xl[slot * 16 + g] = l0;
+          xl[slot * 16 + g + 8] = l1;
         }
       }
       __syncthreads();
@@ -442,8 +468,10 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
           const int col = half * 256 + nt * 8 + q4 * 2;
           const float2 x0 = *reinterpret_cast<const float2*>(so + g * kHeadDimV + col);
           const float2 x1 = *reinterpret_cast<const float2*>(so + (g + 8) * kHeadDimV + col);
-          o[nt][0] = o[nt][0] * wa0 + x0.x * wb0; o[nt][1] = o[nt][1] * wa0 + x0.y * wb0;
-          o[nt][2] = o[nt][2] * wa1 + x1.x * wb1; o[nt][3] = o[nt][3] * wa1 + x1.y * wb1;
+          o[nt][0] = o[nt][0] * wa0 + x0.x * wb0;
+          o[nt][1] = o[nt][1] * wa0 + x0.y * wb0;
+          o[nt][2] = o[nt][2] * wa1 + x1.x * wb1;
+          o[nt][3] = o[nt][3] * wa1 + x1.y * wb1;
         }
       }
       __syncthreads();
@@ -462,8 +490,12 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt) {
       const int col = half * 256 + nt * 8 + q4 * 2;
-      if (writer && v0) *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) = pack2<T>(o[nt][0] * inv0, o[nt][1] * inv0);
-      if (writer && v1) *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) = pack2<T>(o[nt][2] * inv1, o[nt][3] * inv1);
+      if (writer && v0)
+        *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) =
+            pack2<T>(o[nt][0] * inv0, o[nt][1] * inv0);
+      if (writer && v1)
+        *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) =
+            pack2<T>(o[nt][2] * inv1, o[nt][3] * inv1);
     }
     if (writer && half == 0 && q4 == 0) {
       if (v0) kp.lse[grow0] = lse0 * kLn2;
@@ -475,8 +507,12 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt) {
       const int col = half * 256 + nt * 8 + q4 * 2;
-      if (writer && v0) *reinterpret_cast<float2*>(po + rl0 * kHeadDimV + col) = make_float2(o[nt][0] * inv0, o[nt][1] * inv0);
-      if (writer && v1) *reinterpret_cast<float2*>(po + rl1 * kHeadDimV + col) = make_float2(o[nt][2] * inv1, o[nt][3] * inv1);
+      if (writer && v0)
+        *reinterpret_cast<float2*>(po + rl0 * kHeadDimV + col) =
+            make_float2(o[nt][0] * inv0, o[nt][1] * inv0);
+      if (writer && v1)
+        *reinterpret_cast<float2*>(po + rl1 * kHeadDimV + col) =
+            make_float2(o[nt][2] * inv1, o[nt][3] * inv1);
     }
     if (writer && half == 0 && q4 == 0) {
       if (v0) kp.part_lse[slot * kBlockM + rl0] = lse0;
@@ -486,7 +522,8 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
 }
 
 template <typename T, class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) verify_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    verify_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (config_fits_arch<Tr::kSmemBytes>()) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -522,7 +559,12 @@ namespace treemla::cuda {
 template <class Tr>
 KernelEntry make_cpasync_entry() {
   using T = typename Tr::Element;
-  return {reinterpret_cast<const void*>(&cpasync::verify_main_kernel<T, Tr>), Tr::kThreads, Tr::kSmemBytes, 1, 0, 80};
+  return {reinterpret_cast<const void*>(&cpasync::verify_main_kernel<T, Tr>),
+          Tr::kThreads,
+          Tr::kSmemBytes,
+          1,
+          0,
+          80};
 }
 
 }  // namespace treemla::cuda

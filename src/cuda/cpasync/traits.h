@@ -15,9 +15,9 @@ struct VerifyTraits {
   static constexpr int kStages = kStages_;  // cp.async pipeline depth
   static constexpr int kWarps = 8;          // 4 row groups of 16 rows x 2 halves
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kNTiles = kBlockN / 8;          // n8 tiles of S per warp
-  static constexpr int kRowStride = kHeadDimQK + 8;    // +16 B: ldmatrix rows hit distinct banks
-  static constexpr int kSStride = kBlockN + 8;         // fp32 exchange rows, conflict-free float2
+  static constexpr int kNTiles = kBlockN / 8;        // n8 tiles of S per warp
+  static constexpr int kRowStride = kHeadDimQK + 8;  // +16 B: ldmatrix rows hit distinct banks
+  static constexpr int kSStride = kBlockN + 8;       // fp32 exchange rows, conflict-free float2
   static constexpr int kKVBytes = kStages * kBlockN * kRowStride * 2;
   static constexpr int kSBytes = 2 * kBlockM * kSStride * 4;
   static constexpr int kSmemBytes = kKVBytes + kSBytes;

@@ -18,7 +18,8 @@ namespace {
 constexpr int kCombineThreads = 256;
 
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {
+__global__ void __launch_bounds__(kCombineThreads)
+    verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int num_groups = kp.hdr->num_groups;
   const int H = kp.p.num_heads;
@@ -31,9 +32,12 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const _
     for (int rl = warp; rl < kBlockM; rl += kCombineThreads / 32) {
       const int r = tile * kBlockM + rl;
       if (r >= rows) break;
-      auto slot_of = [&](int s) { return rs.part_base + static_cast<int64_t>(s) * rs.tiles + tile; };
+      auto slot_of = [&](int s) {
+        return rs.part_base + static_cast<int64_t>(s) * rs.tiles + tile;
+      };
       float mx = -INFINITY;
-      for (int s = lane; s < rs.splits; s += 32) mx = fmaxf(mx, kp.part_lse[slot_of(s) * kBlockM + rl]);
+      for (int s = lane; s < rs.splits; s += 32)
+        mx = fmaxf(mx, kp.part_lse[slot_of(s) * kBlockM + rl]);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
       const int64_t grow = static_cast<int64_t>(rs.q_start) * H + r;
@@ -48,12 +52,15 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const _
           const float w = exp2f(kp.part_lse[slot * kBlockM + rl] - mx);
           sum += w;
           if (w == 0.f) continue;
-          const float4* src = reinterpret_cast<const float4*>(kp.part_o + (slot * kBlockM + rl) * kHeadDimV);
+          const float4* src =
+              reinterpret_cast<const float4*>(kp.part_o + (slot * kBlockM + rl) * kHeadDimV);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const float4 v = src[lane + 32 * i];
-            acc[4 * i] += w * v.x; acc[4 * i + 1] += w * v.y;
-            acc[4 * i + 2] += w * v.z; acc[4 * i + 3] += w * v.w;
+            acc[4 * i] += w * v.x;
+            acc[4 * i + 1] += w * v.y;
+            acc[4 * i + 2] += w * v.z;
+            acc[4 * i + 3] += w * v.w;
           }
         }
       }

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "treemla/cuda/check.h"
 #include "treemla/attention.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
@@ -88,8 +88,9 @@ __global__ void __launch_bounds__(kAcceptThreads) accept_kernel(const AcceptPara
 
 void accept_paths(const AcceptParams& p, cudaStream_t stream) {
   TREEMLA_CHECK(p.batch >= 1, "batch must be >= 1, got " << p.batch);
-  TREEMLA_CHECK(p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
-                "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
+  TREEMLA_CHECK(
+      p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
+      "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
   TREEMLA_CHECK(p.q_indptr != nullptr, "q_indptr is null");
   TREEMLA_CHECK(p.parents != nullptr, "parents is null");
   TREEMLA_CHECK(p.node_tokens != nullptr, "node_tokens is null");

@@ -7,22 +7,29 @@
 #include <climits>
 #include <cstdint>
 
-#include "treemla/cuda/check.h"
 #include "cuda/smxx/kvpool_common.h"
 #include "treemla/attention.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
 
 const char* kv_status_name(KvStatus s) {
   switch (s) {
-    case KvStatus::kOk: return "ok";
-    case KvStatus::kBadTreeSize: return "bad tree size";
-    case KvStatus::kBadParents: return "bad parents";
-    case KvStatus::kBadAcceptLen: return "bad accept_len";
-    case KvStatus::kBadPath: return "bad accepted path";
-    case KvStatus::kBadPrefixLen: return "bad prefix_len";
-    case KvStatus::kBadPage: return "bad page";
+    case KvStatus::kOk:
+      return "ok";
+    case KvStatus::kBadTreeSize:
+      return "bad tree size";
+    case KvStatus::kBadParents:
+      return "bad parents";
+    case KvStatus::kBadAcceptLen:
+      return "bad accept_len";
+    case KvStatus::kBadPath:
+      return "bad accepted path";
+    case KvStatus::kBadPrefixLen:
+      return "bad prefix_len";
+    case KvStatus::kBadPage:
+      return "bad page";
   }
   return "unknown";
 }
@@ -139,16 +146,19 @@ __global__ void __launch_bounds__(kCommitThreads) commit_kernel(const CommitArgs
 void commit_accepted(const CommitParams& p, cudaStream_t stream) {
   kvpool_detail::check_device_cache(p.cache, p.page_table_stride);
   TREEMLA_CHECK(p.batch >= 1, "batch must be >= 1, got " << p.batch);
-  TREEMLA_CHECK(p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
-                "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
-  TREEMLA_CHECK(p.cache.row_bytes() <= (int64_t{1} << 30),
-                "cache.row_width * elem_size = " << p.cache.row_bytes() << " bytes must be <= 1 GiB");
+  TREEMLA_CHECK(
+      p.max_accept >= 1 && p.max_accept <= kMaxTreeNodes,
+      "max_accept must be in [1, " << kMaxTreeNodes << "] (kMaxTreeNodes), got " << p.max_accept);
+  TREEMLA_CHECK(
+      p.cache.row_bytes() <= (int64_t{1} << 30),
+      "cache.row_width * elem_size = " << p.cache.row_bytes() << " bytes must be <= 1 GiB");
   TREEMLA_CHECK(p.page_table != nullptr, "page_table is null");
   TREEMLA_CHECK(p.prefix_lens != nullptr, "prefix_lens is null");
   TREEMLA_CHECK(p.accepted != nullptr, "accepted is null");
   TREEMLA_CHECK(p.accept_len != nullptr, "accept_len is null");
   TREEMLA_CHECK(p.new_seq_lens != nullptr, "new_seq_lens is null");
-  CommitArgs a{p, static_cast<int32_t>(p.cache.row_bytes()), static_cast<int32_t>(p.cache.row_bytes() / 16)};
+  CommitArgs a{p, static_cast<int32_t>(p.cache.row_bytes()),
+               static_cast<int32_t>(p.cache.row_bytes() / 16)};
   commit_kernel<<<p.batch, kCommitThreads, 0, stream>>>(a);
   TREEMLA_CHECK_LAUNCH("commit_kernel");
 }

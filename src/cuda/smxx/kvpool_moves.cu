@@ -43,20 +43,22 @@
 #include <sstream>
 #include <string>
 
-#include "treemla/cuda/check.h"
 #include "cuda/common/device_status.h"
 #include "cuda/smxx/kvpool_common.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/kvpool.h"
 
 namespace treemla::cuda {
 
 void kvpool_detail::check_device_cache(const DeviceCache& c, int32_t page_table_stride) {
   TREEMLA_CHECK(c.data != nullptr, "cache.data is null");
-  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0, "cache.data must be 16-byte aligned, got " << c.data);
+  TREEMLA_CHECK(reinterpret_cast<uintptr_t>(c.data) % 16 == 0,
+                "cache.data must be 16-byte aligned, got " << c.data);
   treemla::validate(c.layout(page_table_stride), "cache.");
   TREEMLA_CHECK(c.row_bytes() % 16 == 0,
-                "cache.row_width * elem_size = " << c.row_bytes()
-                                                 << " bytes must be a multiple of 16 (rows are copied as 16-byte vectors)");
+                "cache.row_width * elem_size = "
+                    << c.row_bytes()
+                    << " bytes must be a multiple of 16 (rows are copied as 16-byte vectors)");
   TREEMLA_CHECK(c.page_bytes() < (int64_t{1} << 31),
                 "cache: a page of " << c.page_bytes() << " bytes must be below 2 GiB");
 }
@@ -80,14 +82,16 @@ struct MoveWorkspace {
   uint32_t published;   // moves whose copies are finished and visible
   DeviceStatus status;  // first skipped move or update
 };
-static_assert(offsetof(MoveWorkspace, status) == 2 * sizeof(uint32_t) && sizeof(MoveWorkspace) <= kMoveWorkspaceBytes,
+static_assert(offsetof(MoveWorkspace, status) == 2 * sizeof(uint32_t) &&
+                  sizeof(MoveWorkspace) <= kMoveWorkspaceBytes,
               "the counters, then the status record, within kMoveWorkspaceBytes");
 
 // `where` starts the messages ("apply_page_moves: " or nothing).
 void check_workspace(const void* workspace, const std::string& where = "") {
   TREEMLA_CHECK(workspace != nullptr, where << "workspace is null");
   TREEMLA_CHECK(reinterpret_cast<uintptr_t>(workspace) % alignof(MoveWorkspace) == 0,
-                where << "workspace must be " << alignof(MoveWorkspace) << "-byte aligned, got " << workspace);
+                where << "workspace must be " << alignof(MoveWorkspace) << "-byte aligned, got "
+                      << workspace);
 }
 
 struct MoveArgs {
@@ -98,8 +102,8 @@ struct MoveArgs {
   int32_t num_waves;
   int32_t num_pages;
   int32_t page_size;
-  int32_t unit_bytes;   // bytes one move copies: a page or a row
-  int32_t chunks;       // unit_bytes / 16
+  int32_t unit_bytes;    // bytes one move copies: a page or a row
+  int32_t chunks;        // unit_bytes / 16
   int32_t ticket_moves;  // G
   MoveWorkspace* ws;
 };
@@ -113,7 +117,8 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
 // Byte offsets of move m's source and destination, or -1 / -1 (skipped) if an index is outside
 // the cache.
 template <bool kRows>
-__device__ __forceinline__ void decode_move(const MoveArgs& a, int32_t m, int64_t* src, int64_t* dst) {
+__device__ __forceinline__ void decode_move(const MoveArgs& a, int32_t m, int64_t* src,
+                                            int64_t* dst) {
   bool ok;
   int64_t s, d;
   if (kRows) {
@@ -142,12 +147,13 @@ __device__ __forceinline__ void decode_move(const MoveArgs& a, int32_t m, int64_
 // (its last one): the warp first probes the 32 waves from there in one load. Otherwise a 32-ary
 // search: each step probes 32 points of the current interval [lo, hi), so 1e6 waves take 4
 // dependent loads.
-__device__ int32_t find_wave(const int32_t* offsets, int32_t num_waves, int32_t m, int32_t hint, int lane) {
+__device__ int32_t find_wave(const int32_t* offsets, int32_t num_waves, int32_t m, int32_t hint,
+                             int lane) {
   int32_t lo = 0, hi = num_waves;  // answer in [lo, hi)
   if (hint >= 0 && hint < num_waves) {
     const int32_t p = hint + lane;
     const unsigned ballot = __ballot_sync(0xffffffffu, p < num_waves && __ldg(offsets + p) <= m);
-    const int c = __popc(ballot);  // a prefix of the lanes when the offsets increase
+    const int c = __popc(ballot);              // a prefix of the lanes when the offsets increase
     if (c > 0 && c < 32) return hint + c - 1;  // < num_waves: only lanes with p < num_waves count
     if (c == 32) lo = hint + 31;               // offsets[hint + 31] <= m
   }
@@ -168,8 +174,9 @@ __device__ int32_t find_wave(const int32_t* offsets, int32_t num_waves, int32_t 
 // Copies moves [i0, i1) of the ticket (indices into the staged offsets). A ticket of
 // kTicketBytes is one round of kUnroll vectors per thread: all loads in flight, then the stores,
 // so a small wave costs one memory round trip, not several.
-__device__ __forceinline__ void copy_segment(uint8_t* data, const int64_t* s_src, const int64_t* s_dst,
-                                             int32_t i0, int32_t i1, int32_t chunks) {
+__device__ __forceinline__ void copy_segment(uint8_t* data, const int64_t* s_src,
+                                             const int64_t* s_dst, int32_t i0, int32_t i1,
+                                             int32_t chunks) {
   const int32_t total = (i1 - i0) * chunks;  // < 2^31: at most max(kTicketBytes, one unit) / 16
   for (int32_t base = threadIdx.x; base < total; base += kMoveThreads * kUnroll) {
     uint4 v[kUnroll];
@@ -203,13 +210,16 @@ __global__ void __launch_bounds__(kMoveThreads) ordered_moves_kernel(const MoveA
   const int tid = threadIdx.x;
   if (tid == 0) s_wave = 0;  // the wave hint; published by the barrier at the loop top
   for (;;) {
-    if (tid == 0) s_start = static_cast<int32_t>(min(atomicAdd(ticket, static_cast<uint32_t>(a.ticket_moves)),
-                                                     static_cast<uint32_t>(a.num_moves)));
+    if (tid == 0)
+      s_start = static_cast<int32_t>(min(atomicAdd(ticket, static_cast<uint32_t>(a.ticket_moves)),
+                                         static_cast<uint32_t>(a.num_moves)));
     __syncthreads();
     const int32_t start = s_start;  // uniform
     if (start >= a.num_moves) break;
-    const int32_t end = static_cast<int32_t>(min(int64_t{start} + a.ticket_moves, int64_t{a.num_moves}));
-    for (int32_t i = tid; i < end - start; i += kMoveThreads) decode_move<kRows>(a, start + i, &s_src[i], &s_dst[i]);
+    const int32_t end =
+        static_cast<int32_t>(min(int64_t{start} + a.ticket_moves, int64_t{a.num_moves}));
+    for (int32_t i = tid; i < end - start; i += kMoveThreads)
+      decode_move<kRows>(a, start + i, &s_src[i], &s_dst[i]);
     if (tid < 32) {
       const int32_t w = find_wave(a.wave_offsets, a.num_waves, start, s_wave, tid);
       __syncwarp();  // every lane has read the hint before lane 0 replaces it
@@ -223,7 +233,7 @@ __global__ void __launch_bounds__(kMoveThreads) ordered_moves_kernel(const MoveA
       int32_t wave_end = end;
       if (w + 1 <= a.num_waves) wave_end = min(max(__ldg(a.wave_offsets + w + 1), seg), end);
       if (w + 1 >= a.num_waves) wave_end = end;  // the last wave (or malformed offsets): the rest
-      if (s > 0) __syncthreads();  // segment s - 1 is written by every thread
+      if (s > 0) __syncthreads();                // segment s - 1 is written by every thread
       if (s <= 1) {
         if (tid == 0) {
           if (s == 1) {
@@ -254,14 +264,16 @@ __global__ void __launch_bounds__(kMoveThreads) ordered_moves_kernel(const MoveA
 
 template <bool kRows>
 void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int32_t* wave_offsets,
-                          int32_t num_moves, int32_t num_waves, void* workspace, cudaStream_t stream,
-                          const char* what) {
+                          int32_t num_moves, int32_t num_waves, void* workspace,
+                          cudaStream_t stream, const char* what) {
   check_device_cache(cache);
   TREEMLA_CHECK(num_moves >= 0, what << ": num_moves must be >= 0, got " << num_moves);
-  TREEMLA_CHECK(num_waves >= 0 && num_waves <= num_moves,
-                what << ": num_waves must be in [0, num_moves = " << num_moves << "], got " << num_waves);
-  TREEMLA_CHECK(num_moves == 0 || num_waves >= 1,
-                what << ": num_waves must be >= 1 when there are moves (num_moves = " << num_moves << ")");
+  TREEMLA_CHECK(
+      num_waves >= 0 && num_waves <= num_moves,
+      what << ": num_waves must be in [0, num_moves = " << num_moves << "], got " << num_waves);
+  TREEMLA_CHECK(
+      num_moves == 0 || num_waves >= 1,
+      what << ": num_waves must be >= 1 when there are moves (num_moves = " << num_moves << ")");
   if (num_moves == 0) return;
   TREEMLA_CHECK(moves != nullptr, what << ": moves is null");
   TREEMLA_CHECK(wave_offsets != nullptr, what << ": wave_offsets is null");
@@ -276,16 +288,19 @@ void launch_ordered_moves(const DeviceCache& cache, const void* moves, const int
   a.page_size = cache.page_size;
   a.unit_bytes = static_cast<int32_t>(kRows ? cache.row_bytes() : cache.page_bytes());
   a.chunks = a.unit_bytes / 16;
-  a.ticket_moves = static_cast<int32_t>(std::clamp<int64_t>(kTicketBytes / a.unit_bytes, 1, kMaxTicketMoves));
+  a.ticket_moves =
+      static_cast<int32_t>(std::clamp<int64_t>(kTicketBytes / a.unit_bytes, 1, kMaxTicketMoves));
   a.ws = static_cast<MoveWorkspace*>(workspace);
   int device = 0, sms = 0, per_sm = 0;
   TREEMLA_CUDA_CHECK(cudaGetDevice(&device));
   TREEMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ordered_moves_kernel<kRows>,
-                                                                   kMoveThreads, 0));
+  TREEMLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, ordered_moves_kernel<kRows>, kMoveThreads, 0));
   const int64_t tickets = (int64_t{num_moves} + a.ticket_moves - 1) / a.ticket_moves;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tickets, int64_t{sms} * std::max(per_sm, 1))));
-  TREEMLA_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, offsetof(MoveWorkspace, status), stream));  // the counters
+  const int grid = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(tickets, int64_t{sms} * std::max(per_sm, 1))));
+  TREEMLA_CUDA_CHECK(
+      cudaMemsetAsync(a.ws, 0, offsetof(MoveWorkspace, status), stream));  // the counters
   ordered_moves_kernel<kRows><<<grid, kMoveThreads, 0, stream>>>(a);
   TREEMLA_CHECK_LAUNCH(what);
 }
@@ -345,27 +360,31 @@ void update_page_tables(const PageTableUpdateParams& p, void* workspace, cudaStr
   TREEMLA_CHECK(p.rows != nullptr && p.offsets != nullptr && p.pages != nullptr,
                 "rows, offsets and pages must not be null");
   check_workspace(workspace);
-  TableArgs a{p.page_table, p.num_rows, p.stride, p.num_pages, p.rows, p.offsets, p.pages,
-              &static_cast<MoveWorkspace*>(workspace)->status};
+  TableArgs a{p.page_table, p.num_rows, p.stride, p.num_pages,
+              p.rows,       p.offsets,  p.pages,  &static_cast<MoveWorkspace*>(workspace)->status};
   page_table_update_kernel<<<p.num_updates, kTableThreads, 0, stream>>>(a);
   TREEMLA_CHECK_LAUNCH("page_table_update_kernel");
 }
 
 void check_move_status(void* workspace, cudaStream_t stream) {
   check_workspace(workspace);
-  const DeviceStatus st = take_device_status(&static_cast<MoveWorkspace*>(workspace)->status, stream);
+  const DeviceStatus st =
+      take_device_status(&static_cast<MoveWorkspace*>(workspace)->status, stream);
   switch (st.code) {
     case kStatusOk:
       return;
     case kStatusBadPageMove:
-      TREEMLA_FAIL("apply_page_moves skipped moves[" << st.index << "]: a page index outside [0, num_pages)");
+      TREEMLA_FAIL("apply_page_moves skipped moves[" << st.index
+                                                     << "]: a page index outside [0, num_pages)");
     case kStatusBadRowMove:
-      TREEMLA_FAIL("apply_row_moves skipped moves[" << st.index
-                                                    << "]: a page outside [0, num_pages) or a slot outside [0, page_size)");
+      TREEMLA_FAIL("apply_row_moves skipped moves["
+                   << st.index
+                   << "]: a page outside [0, num_pages) or a slot outside [0, page_size)");
     case kStatusBadTableUpdate:
-      TREEMLA_FAIL("update_page_tables skipped update " << st.index
-                                                        << ": row outside [0, num_rows), list longer than stride, "
-                                                           "or a page outside [0, num_pages)");
+      TREEMLA_FAIL("update_page_tables skipped update "
+                   << st.index
+                   << ": row outside [0, num_rows), list longer than stride, "
+                      "or a page outside [0, num_pages)");
     default:
       TREEMLA_FAIL("kvpool workspace status record holds unknown code " << st.code);
   }

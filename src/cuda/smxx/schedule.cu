@@ -4,7 +4,8 @@
 //
 // Cost model: a (request, row tile) pair costs one unit per 32-row prefix block; total is the
 // sum over the batch. Request b's prefix is cut into
-//   splits_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b / kMinChunkBlocks)))
+//   splits_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b /
+//   kMinChunkBlocks)))
 // near-equal ranges (split s covers blocks [s * pblocks / splits, (s + 1) * pblocks / splits)),
 // so items = sum tiles_b * splits_b never exceeds target_items (= the persistent grid: one wave,
 // no straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
@@ -14,7 +15,8 @@
 // Pair mode (kp.pair_rows > 0, the cluster family): a request whose rows (q_len * H) fit in
 // pair_rows and whose share is at least one item gets an even number of splits, and each work
 // item carries two consecutive splits, one per row group of the CTA pair:
-//   pairs_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b / (2 * kMinChunkBlocks))))
+//   pairs_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b / (2 *
+//   kMinChunkBlocks))))
 // items_b = pairs_b, splits_b = 2 * pairs_b, partial slots 2 * pairs_b <= 2 * target_items.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -29,7 +31,8 @@ namespace {
 
 constexpr int kSchedThreads = 256;
 
-__global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
+__global__ void __launch_bounds__(kSchedThreads)
+    verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
   using Reduce = cub::BlockReduce<long long, kSchedThreads>;
   using Scan = cub::BlockScan<int, kSchedThreads>;
   __shared__ union {
@@ -51,11 +54,27 @@ __global__ void __launch_bounds__(kSchedThreads) verify_schedule_kernel(const __
     const int lo = ip[b], hi = ip[b + 1];
     int prefix = kp.p.prefix_lens[b];
     int q_len = hi - lo;
-    if (b == 0 && lo != 0) { record_status(kp.hdr, kStatusBadIndptr, 0, lo, 0); q_len = 0; }
-    if (q_len < 0) { record_status(kp.hdr, kStatusBadIndptr, b, lo, hi); q_len = 0; }
-    if (q_len > kMaxTreeNodes) { record_status(kp.hdr, kStatusQLen, b, q_len, kMaxTreeNodes); q_len = 0; }
-    if (hi > kp.max_total_q) { record_status(kp.hdr, kStatusTotalQ, b, hi, kp.max_total_q); q_len = 0; }
-    if (prefix < 0 || prefix > kMaxPrefixLen) { record_status(kp.hdr, kStatusPrefix, b, prefix, kMaxPrefixLen); q_len = 0; prefix = 0; }
+    if (b == 0 && lo != 0) {
+      record_status(kp.hdr, kStatusBadIndptr, 0, lo, 0);
+      q_len = 0;
+    }
+    if (q_len < 0) {
+      record_status(kp.hdr, kStatusBadIndptr, b, lo, hi);
+      q_len = 0;
+    }
+    if (q_len > kMaxTreeNodes) {
+      record_status(kp.hdr, kStatusQLen, b, q_len, kMaxTreeNodes);
+      q_len = 0;
+    }
+    if (hi > kp.max_total_q) {
+      record_status(kp.hdr, kStatusTotalQ, b, hi, kp.max_total_q);
+      q_len = 0;
+    }
+    if (prefix < 0 || prefix > kMaxPrefixLen) {
+      record_status(kp.hdr, kStatusPrefix, b, prefix, kMaxPrefixLen);
+      q_len = 0;
+      prefix = 0;
+    }
     RequestSched rs{};
     rs.pair = 0;
     rs.q_start = lo;

@@ -8,8 +8,8 @@
 #include <random>
 #include <string>
 
-#include "cpu/budget/budget_test_util.h"
 #include "common/expect_error.h"
+#include "cpu/budget/budget_test_util.h"
 #include "treemla/budget.h"
 
 using namespace treemla;
@@ -56,8 +56,8 @@ TEST(CostTable, ValidationNamesFieldAndBound) {
   broken([](CostTable& t) { t.L[1] = 512; }, {"L[1] = 512", "> L[0] = 1024"});
   broken([](CostTable& t) { t.us.pop_back(); }, {"us has 2 rows", "n.size() = 3"});
   broken([](CostTable& t) { t.us[1].push_back(1.0); }, {"us[1] has 4 entries", "L.size() = 3"});
-  broken([](CostTable& t) { t.us[2][1] = NAN; }, {"us[2][1] = nan", "n = 64", "L = 4096",
-                                                   "finite and > 0"});
+  broken([](CostTable& t) { t.us[2][1] = NAN; },
+         {"us[2][1] = nan", "n = 64", "L = 4096", "finite and > 0"});
   broken([](CostTable& t) { t.us[0][0] = INFINITY; }, {"us[0][0] = inf"});
   broken([](CostTable& t) { t.us[1][2] = 0.0; }, {"us[1][2] = 0", "> 0"});
   broken([](CostTable& t) { t.us[1][0] = -5.0; }, {"us[1][0] = -5"});

@@ -26,9 +26,9 @@ TEST(PickBudget, ExpectedTokensByHand) {
   EXPECT_EQ(expected_tokens(s, 0), 1.0);
   EXPECT_DOUBLE_EQ(expected_tokens(s, 1), 1.5);
   EXPECT_DOUBLE_EQ(expected_tokens(s, 2), 1.75);
-  EXPECT_DOUBLE_EQ(expected_tokens(s, 3), 1.75);          // -inf: probability 0
-  EXPECT_DOUBLE_EQ(expected_tokens(s, 2, 2.0), 2.5);      // 2 * 0.5 = 1, 2 * 0.25 = 0.5
-  EXPECT_DOUBLE_EQ(expected_tokens(s, 2, 4.0), 3.0);      // clamped to 1 each
+  EXPECT_DOUBLE_EQ(expected_tokens(s, 3), 1.75);      // -inf: probability 0
+  EXPECT_DOUBLE_EQ(expected_tokens(s, 2, 2.0), 2.5);  // 2 * 0.5 = 1, 2 * 0.25 = 0.5
+  EXPECT_DOUBLE_EQ(expected_tokens(s, 2, 4.0), 3.0);  // clamped to 1 each
   EXPECT_EQ(expected_tokens(s, 3, 0.0), 1.0);
   EXPECT_EQ(expected_tokens({}, 0), 1.0);
   expect_error([&] { expected_tokens(s, 4); }, {"budget = 4", "0..3", "path_logprobs.size()"});
@@ -58,8 +58,7 @@ TEST(PickBudget, ScoreAndCalibrationErrors) {
 TEST(PickBudget, ArgumentErrors) {
   const CostTable t = make_table({1, 16, 64}, {1024, 4096}, Affine{10, 0, 0, 1e-3});
   const std::vector<double> s(40, -1.0);
-  expect_error([&] { pick_budget(t, s, 512, {}); },
-               {"prefix_len = 512", "L range [1024, 4096]"});
+  expect_error([&] { pick_budget(t, s, 512, {}); }, {"prefix_len = 512", "L range [1024, 4096]"});
   expect_error([&] { pick_budget(t, s, 8192, {}); }, {"prefix_len = 8192"});
   RoundCost c;
   c.layers = -3;
@@ -297,9 +296,8 @@ TEST(PickBudget, CostlierVerifyNeverPicksLargerBudget) {
     for (const double s : {1.25, 2.0, 4.0, 10.0, 100.0}) {
       const BudgetChoice c = pick_budget(scaled(m.table, s), m.scores, m.L, m.cost, m.options);
       if (c.best.budget > prev) {  // only a tie within rounding may do that
-        const auto at_prev = std::find_if(c.all.begin(), c.all.end(), [prev](const BudgetPoint& p) {
-          return p.budget == prev;
-        });
+        const auto at_prev = std::find_if(
+            c.all.begin(), c.all.end(), [prev](const BudgetPoint& p) { return p.budget == prev; });
         ASSERT_NE(at_prev, c.all.end());
         EXPECT_NEAR(at_prev->tokens_per_s, c.best.tokens_per_s, 1e-12 * c.best.tokens_per_s)
             << "seed " << seed << " trial " << trial << " scale " << s << " B " << c.best.budget
@@ -372,8 +370,7 @@ TEST(PickBudget, DDTreePrefixProperty) {
     o.every_budget = true;
     const RoundCost cost{78, 2000.0, 8.0};
     const BudgetChoice a = pick_budget(t, full, 65536, cost, o);
-    const BudgetChoice b =
-        pick_budget(t, std::span(full.scores).subspan(1), 65536, cost, o);
+    const BudgetChoice b = pick_budget(t, std::span(full.scores).subspan(1), 65536, cost, o);
     EXPECT_EQ(a.best.budget, b.best.budget);
     EXPECT_EQ(a.best.tokens_per_s, b.best.tokens_per_s);
   }

@@ -13,7 +13,8 @@ TEST(DType, Bf16RoundTripAndRounding) {
   EXPECT_EQ(bf16_to_float(float_to_bf16(-2.5f)), -2.5f);
   // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even gives 1.
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
-  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))),
+            1.0f + std::ldexp(1.0f, -6));
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
   EXPECT_TRUE(std::isinf(bf16_to_float(float_to_bf16(INFINITY))));
 }
@@ -26,8 +27,8 @@ TEST(DType, Fp16MatchesExhaustiveRoundTrip) {
     if (std::isnan(f)) continue;
     ASSERT_EQ(float_to_fp16(f), x) << "fp16 bits " << h;
   }
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);  // rounds to inf
-  EXPECT_EQ(float_to_fp16(65519.0f), 0x7bff);  // largest finite
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);                                   // rounds to inf
+  EXPECT_EQ(float_to_fp16(65519.0f), 0x7bff);                                   // largest finite
   EXPECT_EQ(fp16_to_float(float_to_fp16(1.0f + std::ldexp(1.0f, -11))), 1.0f);  // tie to even
 }
 

@@ -40,7 +40,8 @@ TEST(PagedCache, NamesTheFieldAndTheBound) {
   };
   const std::vector<Bad> bad = {
       {[](PagedCacheLayout& l) { l.num_pages = 0; }, {"num_pages = 0", ">= 1"}},
-      {[](PagedCacheLayout& l) { l.page_size = 0; }, {"page_size = 0", "power of two in [1, 65536]"}},
+      {[](PagedCacheLayout& l) { l.page_size = 0; },
+       {"page_size = 0", "power of two in [1, 65536]"}},
       {[](PagedCacheLayout& l) { l.page_size = 24; }, {"page_size = 24", "power of two"}},
       {[](PagedCacheLayout& l) { l.page_size = 1 << 17; }, {"page_size = 131072", "65536"}},
       {[](PagedCacheLayout& l) { l.page_size = -16; }, {"page_size = -16"}},
@@ -48,10 +49,14 @@ TEST(PagedCache, NamesTheFieldAndTheBound) {
       {[](PagedCacheLayout& l) { l.elem_size = -2; }, {"elem_size = -2", ">= 1"}},
       {[](PagedCacheLayout& l) { l.page_table_stride = -1; }, {"page_table_stride = -1", ">= 0"}},
       // A page of 65536 rows of (2^31 - 1)^2 bytes does not fit in int64 ...
-      {[](PagedCacheLayout& l) { l = {1, kMaxPageSize, INT32_MAX, INT32_MAX, 0}; },
+      {[](PagedCacheLayout& l) {
+         l = {1, kMaxPageSize, INT32_MAX, INT32_MAX, 0};
+       },
        {"overflows int64", "elem_size = 2147483647"}},
       // ... a page of 2^36 bytes does, but not 2^31 - 1 of them.
-      {[](PagedCacheLayout& l) { l = {INT32_MAX, kMaxPageSize, 1 << 20, 1, 0}; },
+      {[](PagedCacheLayout& l) {
+         l = {INT32_MAX, kMaxPageSize, 1 << 20, 1, 0};
+       },
        {"overflows int64", "num_pages = 2147483647"}},
   };
   for (size_t i = 0; i < bad.size(); ++i) {
@@ -93,7 +98,8 @@ TEST(PagedCache, VerifyParamsAndPoolConfigShareTheRules) {
     p.page_size = ps;
     p.num_pages = 4;
     kvpool::PoolConfig c{4, ps, kHeadDimQK, 2, kvpool::FreePolicy::kAsFreed};
-    const std::string want = "page_size = " + std::to_string(ps) + " must be a power of two in [1, 65536]";
+    const std::string want =
+        "page_size = " + std::to_string(ps) + " must be a power of two in [1, 65536]";
     EXPECT_EQ(message([&] { cpu::validate(p); }), want);
     EXPECT_EQ(message([&] { kvpool::validate(c); }), want);
   }

@@ -60,9 +60,8 @@ inline ::testing::AssertionResult ownership_ok(const KvPool& pool) {
   for (int64_t id : pool.request_ids()) {
     const auto& pages = pool.pages(id);
     if (static_cast<int64_t>(pages.size()) != pool.pages_for(pool.num_tokens(id))) {
-      return ::testing::AssertionFailure()
-             << "request " << id << " holds " << pages.size() << " pages for "
-             << pool.num_tokens(id) << " tokens";
+      return ::testing::AssertionFailure() << "request " << id << " holds " << pages.size()
+                                           << " pages for " << pool.num_tokens(id) << " tokens";
     }
     for (int32_t p : pages) {
       if (p < 0 || p >= np) return ::testing::AssertionFailure() << "page " << p << " out of range";
@@ -87,8 +86,8 @@ inline ::testing::AssertionResult ownership_ok(const KvPool& pool) {
   if (held + static_cast<int64_t>(free_pages.size()) != np ||
       pool.num_free_pages() != static_cast<int32_t>(free_pages.size()) ||
       pool.num_used_pages() != held) {
-    return ::testing::AssertionFailure() << "conservation: held " << held << " + free "
-                                         << free_pages.size() << " != " << np;
+    return ::testing::AssertionFailure()
+           << "conservation: held " << held << " + free " << free_pages.size() << " != " << np;
   }
   return ::testing::AssertionSuccess();
 }
@@ -132,8 +131,8 @@ struct TaggedCache {
   ::testing::AssertionResult matches(const KvPool& pool,
                                      const std::map<int64_t, std::vector<uint64_t>>& model) {
     if (pool.request_ids().size() != model.size()) {
-      return ::testing::AssertionFailure() << "pool has " << pool.request_ids().size()
-                                           << " requests, model " << model.size();
+      return ::testing::AssertionFailure()
+             << "pool has " << pool.request_ids().size() << " requests, model " << model.size();
     }
     for (const auto& [id, rows] : model) {
       if (!pool.contains(id) || pool.num_tokens(id) != static_cast<int64_t>(rows.size())) {

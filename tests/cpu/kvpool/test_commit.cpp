@@ -131,7 +131,9 @@ std::vector<int32_t> random_path(std::mt19937* rng, int64_t q_len, int64_t max_n
 // k < n) sets the number of waves. Counted here without the plan's own bookkeeping.
 int32_t longest_move_chain(const std::vector<int32_t>& accepted) {
   const int32_t n = static_cast<int32_t>(accepted.size());
-  auto is_move = [&](int32_t k) { return k >= 1 && k < n && accepted[static_cast<size_t>(k)] != k; };
+  auto is_move = [&](int32_t k) {
+    return k >= 1 && k < n && accepted[static_cast<size_t>(k)] != k;
+  };
   int32_t longest = 0;
   for (int32_t k = 1; k < n; ++k) {
     int32_t len = 0;
@@ -147,10 +149,10 @@ TEST(KvPoolCommit, PlansUseTheFewestWaves) {
     int32_t q_len;
     Pages want_offsets;
   } cases[] = {
-      {{0, 5, 6, 7}, 8, {0, 3}},           // no move reads a row another writes: one wave
-      {{0, 2, 4, 6}, 8, {0, 2, 3}},        // move 1 reads row 2, which move 2 overwrites
+      {{0, 5, 6, 7}, 8, {0, 3}},              // no move reads a row another writes: one wave
+      {{0, 2, 4, 6}, 8, {0, 2, 3}},           // move 1 reads row 2, which move 2 overwrites
       {{0, 2, 3, 4, 5}, 6, {0, 1, 2, 3, 4}},  // one node skipped, then a chain: one wave per move
-      {{0, 1, 2}, 5, {0}},                 // nothing moves
+      {{0, 1, 2}, 5, {0}},                    // nothing moves
   };
   for (const Case& c : cases) {
     KvPool pool(make_config(64, 4));
@@ -216,11 +218,17 @@ TEST(KvPoolApply, ChecksEveryIndexBeforeCopying) {
   unsigned char* data = cache.bytes.data();
   using Pm = std::vector<PageMove>;
   using Rm = std::vector<RowMove>;
-  expect_bad([&] { apply_page_moves(c, Pm{{0, 1}, {1, 4}}, data); },
-             "moves[1].dst must be in [0, 4)");
+  expect_bad(
+      [&] {
+        apply_page_moves(c, Pm{{0, 1}, {1, 4}}, data);
+      },
+      "moves[1].dst must be in [0, 4)");
   expect_bad([&] { apply_page_moves(c, Pm{{-1, 1}}, data); }, "moves[0].src");
-  expect_bad([&] { apply_row_moves(c, Rm{{{0, 0}, {1, 1}}, {{0, 2}, {1, 1}}}, data); },
-             "moves[1].src.slot must be in [0, 2)");
+  expect_bad(
+      [&] {
+        apply_row_moves(c, Rm{{{0, 0}, {1, 1}}, {{0, 2}, {1, 1}}}, data);
+      },
+      "moves[1].src.slot must be in [0, 2)");
   expect_bad([&] { apply_row_moves(c, Rm{{{0, 0}, {9, 1}}}, data); }, "moves[0].dst.page");
   expect_bad([&] { apply_page_moves(c, std::vector<PageMove>{{0, 1}}, nullptr); }, "null");
   apply_page_moves(c, std::vector<PageMove>{{2, 0}, {3, 2}}, cache.bytes.data());

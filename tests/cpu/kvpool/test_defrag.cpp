@@ -122,7 +122,8 @@ TEST(KvPoolDefrag, CycleUsesOneFreePageAsScratch) {
 
 TEST(KvPoolDefrag, FullPoolWithCycleFailsUnchanged) {
   KvPool pool = make_layout(3, 8, {{1, {1, 0}}, {2, {2}}});
-  expect_error_unchanged(pool, [&] { pool.defrag(); }, "scratch");
+  expect_error_unchanged(
+      pool, [&] { pool.defrag(); }, "scratch");
   // In a full pool every relocation is part of a cycle; one that needs no move is fine.
   KvPool packed = make_layout(3, 8, {{1, {0}}, {2, {1, 2}}});
   EXPECT_TRUE(packed.defrag().moves.empty());
@@ -165,7 +166,9 @@ TEST(KvPoolDefrag, PartialDefragTakesTheCheapestRequestsFirst) {
   // second), request 3 three (it keeps page 10 and takes 11, 12, 13). With a budget of 3 the
   // cheapest first means requests 1 and 2 (2 moves; request 3 would make 5); the costliest first
   // would have spent the budget on request 3 alone.
-  auto layout = [] { return make_layout(20, 1, {{1, {0, 1, 3}}, {2, {5, 6, 8}}, {3, {10, 12, 14, 16}}}); };
+  auto layout = [] {
+    return make_layout(20, 1, {{1, {0, 1, 3}}, {2, {5, 6, 8}}, {3, {10, 12, 14, 16}}});
+  };
   for (int64_t budget : {3, 4}) {
     KvPool pool = layout();
     TaggedCache cache(pool.config());

@@ -80,34 +80,51 @@ TEST_P(KvPoolInvariants, HeldPageOutOfRange) {
 TEST_P(KvPoolInvariants, PageHeldTwice) {
   expect_corruption_caught(GetParam(), [](KvPool& p) { Access::pages(p, 2)[0] = 3; },
                            {"page 3 is held by request 2 and by request 1"});
-  expect_corruption_caught(GetParam(), [](KvPool& p) { Access::pages(p, 1) = {3, 3}; },
+  expect_corruption_caught(GetParam(),
+                           [](KvPool& p) {
+                             Access::pages(p, 1) = {3, 3};
+                           },
                            {"page 3 is held by request 1 and by request 1"});
 }
 
 TEST_P(KvPoolInvariants, FreePageOutOfRange) {
-  expect_corruption_caught(GetParam(), [](KvPool& p) { edit_free_list(p, [](auto& l) { l.push_back(8); }); },
+  expect_corruption_caught(GetParam(),
+                           [](KvPool& p) { edit_free_list(p, [](auto& l) { l.push_back(8); }); },
                            {"free page 8 outside [0, 8)"});
 }
 
 TEST_P(KvPoolInvariants, PageFreeAndHeld) {
-  expect_corruption_caught(GetParam(), [](KvPool& p) { edit_free_list(p, [](auto& l) { l.push_back(5); }); },
+  expect_corruption_caught(GetParam(),
+                           [](KvPool& p) { edit_free_list(p, [](auto& l) { l.push_back(5); }); },
                            {"page 5 is free and held by request 2"});
 }
 
 TEST_P(KvPoolInvariants, LostPage) {
   expect_corruption_caught(GetParam(),
-                           [](KvPool& p) { edit_free_list(p, [](auto& l) { l.erase(std::find(l.begin(), l.end(), 6)); }); },
+                           [](KvPool& p) {
+                             edit_free_list(
+                                 p, [](auto& l) { l.erase(std::find(l.begin(), l.end(), 6)); });
+                           },
                            {"page 6 is neither free nor held (lost)"});
-  expect_corruption_caught(GetParam(), [](KvPool& p) { Access::pages(p, 1) = {3}; Access::num_tokens(p, 1) = 4; },
+  expect_corruption_caught(GetParam(),
+                           [](KvPool& p) {
+                             Access::pages(p, 1) = {3};
+                             Access::num_tokens(p, 1) = 4;
+                           },
                            {"page 0 is neither free nor held (lost)"});
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, KvPoolInvariants, ::testing::Values(FreePolicy::kAsFreed, FreePolicy::kSorted),
-                         [](const auto& info) { return std::string(free_policy_name(info.param)) == "sorted" ? "sorted" : "asfreed"; });
+INSTANTIATE_TEST_SUITE_P(Policies, KvPoolInvariants,
+                         ::testing::Values(FreePolicy::kAsFreed, FreePolicy::kSorted),
+                         [](const auto& info) {
+                           return std::string(free_policy_name(info.param)) == "sorted" ? "sorted"
+                                                                                        : "asfreed";
+                         });
 
 TEST(KvPoolInvariantsAsFreed, PageFreeTwice) {
   // Only the as-freed list can hold a page twice (the sorted one is a set).
-  expect_corruption_caught(FreePolicy::kAsFreed, [](KvPool& p) { Access::free_fifo(p).push_back(1); },
+  expect_corruption_caught(FreePolicy::kAsFreed,
+                           [](KvPool& p) { Access::free_fifo(p).push_back(1); },
                            {"page 1 is free twice"});
 }
 

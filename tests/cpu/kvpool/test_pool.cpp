@@ -71,7 +71,7 @@ TEST(KvPool, AllocExtendTruncateFree) {
   pool.free(-4);
   EXPECT_EQ(pool.num_free_pages(), 8);
   EXPECT_TRUE(ownership_ok(pool));
-  pool.alloc(7, 3);  // an id is usable again after free
+  pool.alloc(7, 3);    // an id is usable again after free
   pool.extend(7, 27);  // takes exactly the 7 free pages
   EXPECT_EQ(pool.num_free_pages(), 0);
   pool.extend(7, 2);  // fills the last page of a full pool: no new page needed
@@ -86,8 +86,8 @@ TEST(KvPool, AsFreedAppendsInFreeOrderAndPopsFromHead) {
   pool.alloc(2, 4);  // pages 3 4
   pool.alloc(3, 2);  // page 5
   EXPECT_EQ(pool.free_list(), (Pages{6, 7}));
-  pool.free(2);                // appended in page-table order
-  pool.truncate(1, 1);         // releases 1, 2 in that order
+  pool.free(2);         // appended in page-table order
+  pool.truncate(1, 1);  // releases 1, 2 in that order
   pool.free(3);
   EXPECT_EQ(pool.free_list(), (Pages{6, 7, 3, 4, 1, 2, 5}));
   pool.alloc(4, 5);  // three pages from the head
@@ -121,35 +121,51 @@ TEST(KvPool, PageTableRowPads) {
   int32_t row[3] = {9, 9, 9};
   pool.page_table_row(5, row, 3, 0);
   EXPECT_EQ(Pages(row, row + 3), (Pages{6, 2, 3}));
-  expect_error_unchanged(pool, [&] { pool.page_table_row(5, 2, -1); }, "stride");
-  expect_error_unchanged(pool, [&] { pool.page_table_row(5, nullptr, 4, 0); }, "null");
-  expect_error_unchanged(pool, [&] { pool.page_table_row(6, 4, 0); }, "unknown request 6");
+  expect_error_unchanged(
+      pool, [&] { pool.page_table_row(5, 2, -1); }, "stride");
+  expect_error_unchanged(
+      pool, [&] { pool.page_table_row(5, nullptr, 4, 0); }, "null");
+  expect_error_unchanged(
+      pool, [&] { pool.page_table_row(6, 4, 0); }, "unknown request 6");
 }
 
 TEST(KvPoolErrors, LeaveThePoolUnchanged) {
   KvPool pool = make_layout(8, 4, {{1, {3, 0}}, {2, {5}}});
   pool.truncate(2, 2);
-  expect_error_unchanged(pool, [&] { pool.alloc(1, 4); }, "already exists");
-  expect_error_unchanged(pool, [&] { pool.alloc(9, -1); }, "num_tokens");
-  expect_error_unchanged(pool, [&] { pool.alloc(9, 5 * 4 + 1); }, "only 5 free");
-  expect_error_unchanged(pool, [&] { pool.alloc(9, std::numeric_limits<int64_t>::max()); },
-                         "capacity");
-  expect_error_unchanged(pool, [&] { pool.extend(2, 2 + 5 * 4 + 1); }, "only 5 free");
-  expect_error_unchanged(pool, [&] { pool.extend(2, std::numeric_limits<int64_t>::max()); },
-                         "capacity");
-  expect_error_unchanged(pool, [&] { pool.extend(2, -1); }, "num_tokens");
-  expect_error_unchanged(pool, [&] { pool.extend(3, 1); }, "unknown request 3");
-  expect_error_unchanged(pool, [&] { pool.truncate(2, 3); }, "[0, 2]");
-  expect_error_unchanged(pool, [&] { pool.truncate(2, -1); }, "[0, 2]");
-  expect_error_unchanged(pool, [&] { pool.locate(2, 2); }, "row");
-  expect_error_unchanged(pool, [&] { pool.num_tokens(3); }, "unknown request");
+  expect_error_unchanged(
+      pool, [&] { pool.alloc(1, 4); }, "already exists");
+  expect_error_unchanged(
+      pool, [&] { pool.alloc(9, -1); }, "num_tokens");
+  expect_error_unchanged(
+      pool, [&] { pool.alloc(9, 5 * 4 + 1); }, "only 5 free");
+  expect_error_unchanged(
+      pool, [&] { pool.alloc(9, std::numeric_limits<int64_t>::max()); }, "capacity");
+  expect_error_unchanged(
+      pool, [&] { pool.extend(2, 2 + 5 * 4 + 1); }, "only 5 free");
+  expect_error_unchanged(
+      pool, [&] { pool.extend(2, std::numeric_limits<int64_t>::max()); }, "capacity");
+  expect_error_unchanged(
+      pool, [&] { pool.extend(2, -1); }, "num_tokens");
+  expect_error_unchanged(
+      pool, [&] { pool.extend(3, 1); }, "unknown request 3");
+  expect_error_unchanged(
+      pool, [&] { pool.truncate(2, 3); }, "[0, 2]");
+  expect_error_unchanged(
+      pool, [&] { pool.truncate(2, -1); }, "[0, 2]");
+  expect_error_unchanged(
+      pool, [&] { pool.locate(2, 2); }, "row");
+  expect_error_unchanged(
+      pool, [&] { pool.num_tokens(3); }, "unknown request");
   pool.free(2);
-  expect_error_unchanged(pool, [&] { pool.free(2); }, "already freed");  // double free
-  expect_error_unchanged(pool, [&] { pool.partial_defrag(-1); }, "max_moves");
+  expect_error_unchanged(
+      pool, [&] { pool.free(2); }, "already freed");  // double free
+  expect_error_unchanged(
+      pool, [&] { pool.partial_defrag(-1); }, "max_moves");
   // Exactly the free pages still fit.
   pool.alloc(9, 6 * 4);
   EXPECT_EQ(pool.num_free_pages(), 0);
-  expect_error_unchanged(pool, [&] { pool.extend(9, 1); }, "only 0 free");
+  expect_error_unchanged(
+      pool, [&] { pool.extend(9, 1); }, "only 0 free");
   EXPECT_TRUE(ownership_ok(pool));
   EXPECT_NO_THROW(pool.check_invariants());
 }
@@ -183,7 +199,7 @@ TEST(KvPoolMetrics, HandMadeLayouts) {
   EXPECT_EQ(m.pages_free, 4);
   EXPECT_EQ(m.total_runs, 5);
   EXPECT_DOUBLE_EQ(m.mean_run_length, 8.0 / 5.0);
-  EXPECT_EQ(m.largest_free_run, 2);  // pages 7, 8
+  EXPECT_EQ(m.largest_free_run, 2);                    // pages 7, 8
   EXPECT_DOUBLE_EQ(m.fraction_contiguous, 2.0 / 4.0);  // c and the empty d
 }
 

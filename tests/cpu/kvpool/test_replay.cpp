@@ -90,7 +90,8 @@ struct Replay {
     if (a.empty() || static_cast<int64_t>(a.size()) > q_len || a[0] != 0) return false;
     std::set<int32_t> seen;
     for (size_t k = 0; k < a.size(); ++k) {
-      if (a[k] < static_cast<int32_t>(k) || a[k] >= q_len || !seen.insert(a[k]).second) return false;
+      if (a[k] < static_cast<int32_t>(k) || a[k] >= q_len || !seen.insert(a[k]).second)
+        return false;
     }
     return true;
   }
@@ -204,14 +205,15 @@ TEST_P(KvPoolReplay, HundredThousandOperations) {
   EXPECT_GT(r.over_allocations, kOps / 100);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PageSizes, KvPoolReplay,
-    ::testing::Combine(::testing::Values(1, 16, 64),
-                       ::testing::Values(FreePolicy::kAsFreed, FreePolicy::kSorted)),
-    [](const auto& info) {
-      return "page" + std::to_string(std::get<0>(info.param)) + "_" +
-             (std::get<1>(info.param) == FreePolicy::kSorted ? "sorted" : "asfreed");
-    });
+INSTANTIATE_TEST_SUITE_P(PageSizes, KvPoolReplay,
+                         ::testing::Combine(::testing::Values(1, 16, 64),
+                                            ::testing::Values(FreePolicy::kAsFreed,
+                                                              FreePolicy::kSorted)),
+                         [](const auto& info) {
+                           return "page" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  (std::get<1>(info.param) == FreePolicy::kSorted ? "sorted"
+                                                                                  : "asfreed");
+                         });
 
 }  // namespace
 }  // namespace treemla::kvpool::test

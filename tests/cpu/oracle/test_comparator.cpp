@@ -18,21 +18,24 @@ namespace {
 
 // The wrong call must fail the comparison twice: in double (what a kernel with exact arithmetic
 // and the bug would give) and at the input precision (what a real kernel with the bug gives).
-void expect_caught(const VerifyCase& c, const Reference& ref, const MutatedCall& wrong, const char* what) {
+void expect_caught(const VerifyCase& c, const Reference& ref, const MutatedCall& wrong,
+                   const char* what) {
   SCOPED_TRACE(std::string(what) + ": " + c.describe());
   const Reference exact = double_reference(wrong.params());
   const auto in_double = rows_within_bounds(exact.o, exact.lse, ref, c.num_heads);
   EXPECT_FALSE(in_double) << "double reference of the wrong call passed: " << in_double.message();
   const BaselineResult base = same_precision_baseline(wrong.params());
   const auto at_precision = rows_within_bounds(base.o, base.lse, ref, c.num_heads);
-  EXPECT_FALSE(at_precision) << "same-precision run of the wrong call passed: " << at_precision.message();
+  EXPECT_FALSE(at_precision) << "same-precision run of the wrong call passed: "
+                             << at_precision.message();
   std::printf("[ margin ] %s: %s\n", what, in_double.message());
 }
 
 // Correct computations at the input precision in other orders (64-key blocks; prefix splits
 // merged by LSE) pass: the bounds leave room for a kernel that rounds in another order.
 void expect_correct_orders_pass(const VerifyCase& c, const Reference& ref) {
-  for (BaselineOptions opt : {BaselineOptions{64, 1}, BaselineOptions{32, 7}, BaselineOptions{64, 16, 64}}) {
+  for (BaselineOptions opt :
+       {BaselineOptions{64, 1}, BaselineOptions{32, 7}, BaselineOptions{64, 16, 64}}) {
     const BaselineResult other = same_precision_baseline(c.params(), opt);
     const auto r = rows_within_bounds(other.o, other.lse, ref, c.num_heads);
     EXPECT_TRUE(r) << "block " << opt.block << " splits " << opt.splits << ": " << c.describe();
@@ -71,7 +74,10 @@ TEST(Comparator, Prefix20000RandomDataCatchesTenKeysAndTheRootBit) {
   const VerifyCase c(make_spec(1, 8, 5, 20000, 16), 20000);
   const Reference ref = reference_with_bounds(c.params());
   expect_correct_orders_pass(c, ref);
-  expect_caught(c, ref, mutated_call(c, {{31, 32, 5000, 9999, 10000, 12345, 16383, 16384, 19967, 19968}}, false), "ten keys dropped");
+  expect_caught(
+      c, ref,
+      mutated_call(c, {{31, 32, 5000, 9999, 10000, 12345, 16383, 16384, 19967, 19968}}, false),
+      "ten keys dropped");
   expect_caught(c, ref, mutated_call(c, {}, true), "root bit dropped");
 }
 

@@ -33,13 +33,15 @@ State random_state(std::mt19937& rng, int n, int dim, double lse_spread) {
 
 State merged(const State& a, const State& b, int n, int dim) {
   State out{std::vector<float>(a.v.size()), std::vector<float>(a.s.size())};
-  merge_state(a.v.data(), a.s.data(), b.v.data(), b.s.data(), out.v.data(), out.s.data(), n, 1, dim);
+  merge_state(a.v.data(), a.s.data(), b.v.data(), b.s.data(), out.v.data(), out.s.data(), n, 1,
+              dim);
   return out;
 }
 
 TEST(MergeState, HandComputedWeights) {
   // Weights e^0 : e^(ln 3) = 1 : 3, so v = (1/4) v_a + (3/4) v_b and s = ln 4.
-  const std::vector<float> va = {1.f, 2.f}, vb = {3.f, 4.f}, sa = {0.f}, sb = {static_cast<float>(std::log(3.0))};
+  const std::vector<float> va = {1.f, 2.f}, vb = {3.f, 4.f}, sa = {0.f},
+                           sb = {static_cast<float>(std::log(3.0))};
   std::vector<float> v(2), s(1);
   merge_state(va.data(), sa.data(), vb.data(), sb.data(), v.data(), s.data(), 1, 1, 2);
   EXPECT_TRUE(all_close(v, {2.5f, 3.5f}, Tolerance{1e-6, 1e-6}, "v"));
@@ -50,7 +52,8 @@ TEST(MergeState, MatchesDirectSoftmaxOfThreeParts) {
   // Three parts with LSEs l_k: the exact merge weights are exp(l_k) / sum exp(l_j).
   std::mt19937 rng(11);
   const int n = 37, dim = 19;
-  const State a = random_state(rng, n, dim, 30), b = random_state(rng, n, dim, 30), c = random_state(rng, n, dim, 30);
+  const State a = random_state(rng, n, dim, 30), b = random_state(rng, n, dim, 30),
+              c = random_state(rng, n, dim, 30);
   State left = merged(merged(a, b, n, dim), c, n, dim);
   State right = merged(a, merged(b, c, n, dim), n, dim);
   std::vector<float> want_v(a.v.size()), want_s(n);
@@ -122,15 +125,16 @@ TEST(MergeState, OutputMayAliasEitherInput) {
   b.s[4] = -kInf;
   a.s[6] = b.s[6] = -kInf;
   State want{std::vector<float>(a.v.size()), std::vector<float>(n)};
-  merge_state(a.v.data(), a.s.data(), b.v.data(), b.s.data(), want.v.data(), want.s.data(), tokens, heads, dim);
-  State into_a = a;
-  merge_state(into_a.v.data(), into_a.s.data(), b.v.data(), b.s.data(), into_a.v.data(), into_a.s.data(), tokens,
+  merge_state(a.v.data(), a.s.data(), b.v.data(), b.s.data(), want.v.data(), want.s.data(), tokens,
               heads, dim);
+  State into_a = a;
+  merge_state(into_a.v.data(), into_a.s.data(), b.v.data(), b.s.data(), into_a.v.data(),
+              into_a.s.data(), tokens, heads, dim);
   EXPECT_TRUE(all_close(into_a.v, want.v, Tolerance{}, "v aliasing v_a"));
   EXPECT_TRUE(all_close(into_a.s, want.s, Tolerance{}, "s aliasing s_a"));
   State into_b = b;
-  merge_state(a.v.data(), a.s.data(), into_b.v.data(), into_b.s.data(), into_b.v.data(), into_b.s.data(), tokens,
-              heads, dim);
+  merge_state(a.v.data(), a.s.data(), into_b.v.data(), into_b.s.data(), into_b.v.data(),
+              into_b.s.data(), tokens, heads, dim);
   EXPECT_TRUE(all_close(into_b.v, want.v, Tolerance{}, "v aliasing v_b"));
   EXPECT_TRUE(all_close(into_b.s, want.s, Tolerance{}, "s aliasing s_b"));
 }
@@ -141,8 +145,8 @@ TEST(MergeState, HeadsAndTokensAreIndependent) {
   const int tokens = 4, heads = 6, dim = 9, n = tokens * heads;
   const State a = random_state(rng, n, dim, 8), b = random_state(rng, n, dim, 8);
   State batched{std::vector<float>(a.v.size()), std::vector<float>(n)};
-  merge_state(a.v.data(), a.s.data(), b.v.data(), b.s.data(), batched.v.data(), batched.s.data(), tokens, heads,
-              dim);
+  merge_state(a.v.data(), a.s.data(), b.v.data(), b.s.data(), batched.v.data(), batched.s.data(),
+              tokens, heads, dim);
   for (int i = 0; i < n; ++i) {
     std::vector<float> v(dim), s(1);
     merge_state(&a.v[i * dim], &a.s[i], &b.v[i * dim], &b.s[i], v.data(), s.data(), 1, 1, dim);

@@ -34,7 +34,8 @@ void expect_rejected(const VerifyParams& p, const std::vector<std::string>& frag
     ADD_FAILURE() << "accepted; expected an error mentioning '" << fragments.front() << "'";
   } catch (const Error& e) {
     for (const std::string& f : fragments)
-      EXPECT_NE(e.message().find(f), std::string::npos) << "message: " << e.message() << "\nmissing: " << f;
+      EXPECT_NE(e.message().find(f), std::string::npos)
+          << "message: " << e.message() << "\nmissing: " << f;
   }
 }
 
@@ -50,7 +51,8 @@ TEST(Validate, RejectsBadScalars) {
     std::function<void(VerifyParams&)> edit;
     std::vector<std::string> fragments;
   };
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   const std::vector<Bad> bad = {
       {[](VerifyParams& p) { p.batch = 0; }, {"batch = 0", ">= 1"}},
       {[](VerifyParams& p) { p.num_heads = 0; }, {"num_heads = 0", "[1, 128]"}},
@@ -75,9 +77,11 @@ TEST(Validate, RejectsBadScalars) {
       {[](VerifyParams& p) { p.q_indptr = nullptr; }, {"q_indptr is null"}},
       {[](VerifyParams& p) { p.tree_mask = nullptr; }, {"tree_mask is null"}},
       // Request 1 has 70 nodes: one mask word is too few.
-      {[](VerifyParams& p) { p.mask_words = 1; }, {"mask_words = 1", "ceil(max q_len / 64) = 2", "request 1"}},
+      {[](VerifyParams& p) { p.mask_words = 1; },
+       {"mask_words = 1", "ceil(max q_len / 64) = 2", "request 1"}},
       // Request 1 needs ceil((40 + 70) / 16) = 7 pages.
-      {[](VerifyParams& p) { p.page_table_stride = 6; }, {"page_table_stride = 6", "7 pages", "request 1"}},
+      {[](VerifyParams& p) { p.page_table_stride = 6; },
+       {"page_table_stride = 6", "7 pages", "request 1"}},
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << "bad case " << i);
@@ -94,7 +98,8 @@ TEST(Validate, RejectsBadArrays) {
   };
   const std::vector<Bad> bad = {
       {[](VerifyCase& c) { c.q_indptr[0] = 1; }, {"q_indptr[0] = 1", "must be 0"}},
-      {[](VerifyCase& c) { c.q_indptr[2] = 2; }, {"q_indptr[2] = 2", "q_indptr[1] = 3", "non-decreasing"}},
+      {[](VerifyCase& c) { c.q_indptr[2] = 2; },
+       {"q_indptr[2] = 2", "q_indptr[1] = 3", "non-decreasing"}},
       {[](VerifyCase& c) { c.q_indptr[3] = c.q_indptr[2] + 1026; },
        {"q_len of request 2", "1026", "kMaxTreeNodes = 1025"}},
       {[](VerifyCase& c) { c.prefix_lens[1] = -1; }, {"prefix_lens[1] = -1", "[0, 1048576]"}},
@@ -102,7 +107,8 @@ TEST(Validate, RejectsBadArrays) {
       // Logical rows of request 1: 0..109 on pages 0..6.
       {[](VerifyCase& c) { c.page_table[c.page_table_stride + 6] = c.num_pages; },
        {"page_table[1][6] = ", "is out of range [0, ", "request 1 reads logical rows 0..109"}},
-      {[](VerifyCase& c) { c.page_table[c.page_table_stride + 0] = -5; }, {"page_table[1][0] = -5"}},
+      {[](VerifyCase& c) { c.page_table[c.page_table_stride + 0] = -5; },
+       {"page_table[1][0] = -5"}},
       {[](VerifyCase& c) { c.page_table[0] = 9999; }, {"page_table[0][0] = 9999"}},
       // Request 0 has 3 nodes (global rows 0..2): bit 3 is the first bad bit.
       {[](VerifyCase& c) { c.tree_mask[2 * c.mask_words] |= 1u << 3; },
@@ -122,8 +128,8 @@ TEST(Validate, RejectsBadArrays) {
 TEST(Validate, PageMessageIsComplete) {
   VerifyCase c(base_spec(), 7);
   c.page_table[c.page_table_stride + 5] = 9999;
-  const std::string want = "page_table[1][5] = 9999 is out of range [0, " + std::to_string(c.num_pages) +
-                           ") (request 1 reads logical rows 0..109)";
+  const std::string want = "page_table[1][5] = 9999 is out of range [0, " +
+                           std::to_string(c.num_pages) + ") (request 1 reads logical rows 0..109)";
   try {
     cpu::validate(c.params());
     ADD_FAILURE() << "accepted";

@@ -38,7 +38,8 @@ TEST(TestHelpers, TreeMaskRowsAreAncestorSets) {
 
 TEST(TestHelpers, RandomParentsAreValidTrees) {
   std::mt19937 rng(1);
-  for (auto kind : {test::TreeKind::kChain, test::TreeKind::kStar, test::TreeKind::kRandom, test::TreeKind::kDeep}) {
+  for (auto kind : {test::TreeKind::kChain, test::TreeKind::kStar, test::TreeKind::kRandom,
+                    test::TreeKind::kDeep}) {
     const std::vector<int> parent = test::random_parents(kind, 300, rng);
     ASSERT_EQ(parent[0], -1);
     int max_depth = 0;
@@ -81,7 +82,8 @@ TEST(TestHelpers, CaseLayoutAndPoison) {
   // Exactly the slots of live logical rows are finite.
   int64_t live = 0;
   for (int64_t slot = 0; slot < static_cast<int64_t>(c.slot_used.size()); ++slot) {
-    const bool finite = std::isfinite(load_as_float(c.kv_cache.data(), slot * kHeadDimQK + 7, c.spec.dtype));
+    const bool finite =
+        std::isfinite(load_as_float(c.kv_cache.data(), slot * kHeadDimQK + 7, c.spec.dtype));
     EXPECT_EQ(finite, c.slot_used[slot] != 0) << "slot " << slot;
     live += c.slot_used[slot];
   }
@@ -113,7 +115,8 @@ TEST(TestHelpers, PeakRowsAtBoundaries) {
   using V = std::vector<int64_t>;
   EXPECT_EQ(test::rows_around({0, 32, 100}, 64), (V{0, 31, 32}));
   EXPECT_EQ(test::block_edge_rows(100), (V{0, 31, 32, 63, 64, 95, 96, 99}));
-  EXPECT_EQ(test::block_edge_rows(262144, 32, 3), (V{0, 31, 32, 131071, 131072, 262111, 262112, 262143}));
+  EXPECT_EQ(test::block_edge_rows(262144, 32, 3),
+            (V{0, 31, 32, 131071, 131072, 262111, 262112, 262143}));
   EXPECT_EQ(test::block_edge_rows(1), (V{0}));
   EXPECT_TRUE(test::block_edge_rows(0).empty());
 }
@@ -134,7 +137,8 @@ TEST(TestHelpers, PeaksRaiseTheLogitsTheyAimAt) {
     s.q_lens = {5, 3};
     s.prefix_lens = {300, 40};
     s.peaks = true;
-    const std::vector<std::vector<int64_t>> aims = {{0, 31, 32, 299, 300}, {5, 42}};  // 300, 42: tail nodes 0 and 2
+    const std::vector<std::vector<int64_t>> aims = {{0, 31, 32, 299, 300},
+                                                    {5, 42}};  // 300, 42: tail nodes 0 and 2
     test::VerifyCase plain(s, 17), c(s, 17);
     c.plant_peaks(aims);
     SCOPED_TRACE(c.describe());
@@ -150,27 +154,32 @@ TEST(TestHelpers, PeaksRaiseTheLogitsTheyAimAt) {
       for (int r = 0; r < rows; ++r) {
         const int64_t qbase = (static_cast<int64_t>(c.q_indptr[b]) * c.num_heads + r) * kHeadDimQK;
         double common = 0;  // the shift every ordinary key's logit shares
-        for (int col = 0; col < kHeadDimV; ++col) common += load_as_float(c.q.data(), qbase + col, dtype) * c.v_offset[col];
+        for (int col = 0; col < kHeadDimV; ++col)
+          common += load_as_float(c.q.data(), qbase + col, dtype) * c.v_offset[col];
         common *= c.spec.sm_scale;
         int mine = 0;
         for (size_t k = 0; k < aims[b].size(); ++k)
           if (std::fabs(logit_of(c, b, r, aims[b][k]) - common - height) < 0.3) ++hits[k], ++mine;
         if (rows >= 4 && r % 4 == 3) {  // not peaked: q untouched
           for (int col = 0; col < kHeadDimQK; ++col)
-            ASSERT_EQ(load_as_float(c.q.data(), qbase + col, dtype), load_as_float(plain.q.data(), qbase + col, dtype));
+            ASSERT_EQ(load_as_float(c.q.data(), qbase + col, dtype),
+                      load_as_float(plain.q.data(), qbase + col, dtype));
         } else {
           EXPECT_GE(mine, 1) << "request " << b << " row " << r;
         }
       }
       for (size_t k = 0; k < aims[b].size(); ++k) {
-        EXPECT_GE(hits[k], 1) << "request " << b << " key row " << aims[b][k] << " is no row's peak";
+        EXPECT_GE(hits[k], 1) << "request " << b << " key row " << aims[b][k]
+                              << " is no row's peak";
         for (int col : {0, 200, 511})  // value rows: -v_offset + noise / 2
-          EXPECT_NEAR(load_as_float(c.kv_cache.data(), c.kv_index(b, aims[b][k], col), dtype), -c.v_offset[col], 0.52);
+          EXPECT_NEAR(load_as_float(c.kv_cache.data(), c.kv_index(b, aims[b][k], col), dtype),
+                      -c.v_offset[col], 0.52);
       }
     }
     // The poison is untouched.
     for (int64_t slot = 0; slot < static_cast<int64_t>(c.slot_used.size()); ++slot)
-      ASSERT_EQ(std::isfinite(load_as_float(c.kv_cache.data(), slot * kHeadDimQK + 3, dtype)), c.slot_used[slot] != 0);
+      ASSERT_EQ(std::isfinite(load_as_float(c.kv_cache.data(), slot * kHeadDimQK + 3, dtype)),
+                c.slot_used[slot] != 0);
   }
 }
 
@@ -187,7 +196,8 @@ TEST(TestHelpers, PlantPeaksRejectsBadInput) {
 }
 
 TEST(TestHelpers, AllCloseChecksNonFinitePositionsFirst) {
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(all_close({1.f, -inf, nan}, {1.f, -inf, nan}, Tolerance{}));
   EXPECT_FALSE(all_close({1.f, -inf}, {1.f, inf}, Tolerance{1, 1}));
   EXPECT_FALSE(all_close({1.f, 0.f}, {1.f, nan}, Tolerance{1, 1}));
@@ -207,7 +217,9 @@ TEST(TestHelpers, AllCloseReportsTheWorstElement) {
   ASSERT_FALSE(r);
   const std::string msg = r.message();
   EXPECT_NE(msg.find("1 of 4 elements"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("worst at 1 [0, 1]: got 1.5, expected 1, abs err 0.5, rel err 0.5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("worst at 1 [0, 1]: got 1.5, expected 1, abs err 0.5, rel err 0.5"),
+            std::string::npos)
+      << msg;
   EXPECT_TRUE(all_close({2.f}, {2.f}, Tolerance{}));
   EXPECT_FALSE(all_close({2.f}, {std::nextafter(2.f, 3.f)}, Tolerance{}));
 }

@@ -33,12 +33,19 @@ struct HandCase {
   std::vector<uint16_t> q16, kv16;  // q and kv in bf16 or fp16, see params(part, dtype)
 
   HandCase(int h, int prefix_len, int nodes, int num_pages)
-      : heads(h), prefix(prefix_len), q_len(nodes), q(static_cast<size_t>(nodes) * h * kHeadDimQK, 0.f),
+      : heads(h),
+        prefix(prefix_len),
+        q_len(nodes),
+        q(static_cast<size_t>(nodes) * h * kHeadDimQK, 0.f),
         kv(static_cast<size_t>(num_pages) * kHeadDimQK, std::numeric_limits<float>::quiet_NaN()),
-        prefix_lens{prefix_len}, q_indptr{0, nodes}, mask(nodes, 0) {}
+        prefix_lens{prefix_len},
+        q_indptr{0, nodes},
+        mask(nodes, 0) {}
   float& key(int page, int col) { return kv[static_cast<size_t>(page) * kHeadDimQK + col]; }
   void zero_page(int page) { std::fill(&key(page, 0), &key(page, 0) + kHeadDimQK, 0.f); }
-  float& query(int node, int head, int col) { return q[(static_cast<size_t>(node) * heads + head) * kHeadDimQK + col]; }
+  float& query(int node, int head, int col) {
+    return q[(static_cast<size_t>(node) * heads + head) * kHeadDimQK + col];
+  }
 
   // The problem with q and kv_cache in `dtype` (converted from the fp32 values, so use values the
   // dtype holds exactly when the answer must not change).
@@ -47,8 +54,10 @@ struct HandCase {
     if (dtype == DType::kFP32) return p;
     q16.resize(q.size());
     kv16.resize(kv.size());
-    for (size_t i = 0; i < q.size(); ++i) store_from_float(q16.data(), static_cast<int64_t>(i), dtype, q[i]);
-    for (size_t i = 0; i < kv.size(); ++i) store_from_float(kv16.data(), static_cast<int64_t>(i), dtype, kv[i]);
+    for (size_t i = 0; i < q.size(); ++i)
+      store_from_float(q16.data(), static_cast<int64_t>(i), dtype, q[i]);
+    for (size_t i = 0; i < kv.size(); ++i)
+      store_from_float(kv16.data(), static_cast<int64_t>(i), dtype, kv[i]);
     p.dtype = dtype;
     p.q = q16.data();
     p.kv_cache = kv16.data();
@@ -86,7 +95,8 @@ TEST(VerifyHand, SingleNodeClosedForm) {
   c.query(0, 0, 0) = 1.f;
   c.query(0, 0, 512) = 2.f;
   for (int page : {3, 0, 2}) c.zero_page(page);
-  const double col0[3] = {1, 4, 0}, col1[3] = {10, 20, 30}, col511[3] = {1, 2, 3}, col512[3] = {0.5, 0, -1};
+  const double col0[3] = {1, 4, 0}, col1[3] = {10, 20, 30}, col511[3] = {1, 2, 3},
+               col512[3] = {0.5, 0, -1};
   for (int t = 0; t < 3; ++t) {
     const int page = c.page_table[t];
     c.key(page, 0) = static_cast<float>(col0[t]);
@@ -133,9 +143,10 @@ TEST(VerifyHand, EveryColumnCountsInEveryDtype) {
   //   logit(t, head) = sm_scale * (s_v * (w_t + 510 a_t + x_t) + s_k * (y_t + 62 r_t + z_t)),
   // with (s_v, s_k) = (2^-6, 2^-6) or (-2^-6, 2^-5). Every value is exact in bf16 and fp16, so the
   // answer is the same in all three dtypes (which also checks the reference's own decoding).
-  // Prefix 3 (logical rows 0..2), a chain of 2 nodes at rows 3 and 4: node 0 sees rows {0, 1, 2, 3},
-  // node 1 sees {0, 1, 2, 3, 4}. Pages 1 and 3 hold NaN.
-  const double w[5] = {1, 2, 3, 4, 5}, a[5] = {0.25, -0.5, 0.125, 1, -0.25}, x[5] = {0.5, -1, 0.25, 1, -0.75};
+  // Prefix 3 (logical rows 0..2), a chain of 2 nodes at rows 3 and 4: node 0 sees rows {0, 1, 2,
+  // 3}, node 1 sees {0, 1, 2, 3, 4}. Pages 1 and 3 hold NaN.
+  const double w[5] = {1, 2, 3, 4, 5}, a[5] = {0.25, -0.5, 0.125, 1, -0.25},
+               x[5] = {0.5, -1, 0.25, 1, -0.75};
   const double y[5] = {0.375, 0.75, -1, 0.5, 3}, r[5] = {0.125, -0.25, 0.5, 0.0625, -0.125},
                z[5] = {1, -0.5, 2, 1.5, -1};
   const double s_v[2] = {1.0 / 64, -1.0 / 64}, s_k[2] = {1.0 / 64, 1.0 / 32};
@@ -169,7 +180,8 @@ TEST(VerifyHand, EveryColumnCountsInEveryDtype) {
       for (int head = 0; head < 2; ++head) {
         double z_sum = 0, o0 = 0, o_mid = 0, o511 = 0;
         for (int t : want.rows[node]) {
-          const double logit = 0.5 * (s_v[head] * (w[t] + 510 * a[t] + x[t]) + s_k[head] * (y[t] + 62 * r[t] + z[t]));
+          const double logit = 0.5 * (s_v[head] * (w[t] + 510 * a[t] + x[t]) +
+                                      s_k[head] * (y[t] + 62 * r[t] + z[t]));
           const double e = std::exp(logit);
           z_sum += e;
           o0 += e * w[t];
@@ -258,8 +270,10 @@ TEST(VerifyHand, RowsThatSeeNothingGiveZeroAndMinusInfinity) {
         want_o[0] = 0.25f;
         want_lse[0] = 0.25f;
       }
-      EXPECT_TRUE(all_close(o, want_o, Tolerance{1e-7, 1e-7}, "o")) << "part " << static_cast<int>(part);
-      EXPECT_TRUE(all_close(lse, want_lse, Tolerance{1e-7, 1e-7}, "lse")) << "part " << static_cast<int>(part);
+      EXPECT_TRUE(all_close(o, want_o, Tolerance{1e-7, 1e-7}, "o"))
+          << "part " << static_cast<int>(part);
+      EXPECT_TRUE(all_close(lse, want_lse, Tolerance{1e-7, 1e-7}, "lse"))
+          << "part " << static_cast<int>(part);
     }
   }
 }
@@ -297,12 +311,15 @@ TEST(VerifyHand, BatchRequestsAreIndependent) {
     for (int b = 0; b < c.batch; ++b) {
       OneRequest r = one_request(c, b);
       r.p.q_indptr = r.q_indptr;
-      const int64_t rows = static_cast<int64_t>(c.q_len(b)) * c.num_heads, first = c.q_indptr[b] * c.num_heads;
+      const int64_t rows = static_cast<int64_t>(c.q_len(b)) * c.num_heads,
+                    first = c.q_indptr[b] * c.num_heads;
       std::vector<float> o1(rows * kHeadDimV), lse1(rows);
       kImpls[k](r.p, o1.data(), lse1.data());
-      EXPECT_TRUE(all_close(o.data() + first * kHeadDimV, o1.data(), rows * kHeadDimV, Tolerance{}, "o"))
+      EXPECT_TRUE(
+          all_close(o.data() + first * kHeadDimV, o1.data(), rows * kHeadDimV, Tolerance{}, "o"))
           << "request " << b;
-      EXPECT_TRUE(all_close(lse.data() + first, lse1.data(), rows, Tolerance{}, "lse")) << "request " << b;
+      EXPECT_TRUE(all_close(lse.data() + first, lse1.data(), rows, Tolerance{}, "lse"))
+          << "request " << b;
     }
   }
 }

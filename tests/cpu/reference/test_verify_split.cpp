@@ -13,10 +13,10 @@
 namespace {
 
 using namespace treemla;
+using test::all_close;
 using test::CaseSpec;
 using test::Tolerance;
 using test::VerifyCase;
-using test::all_close;
 
 // Split and full differ by float rounding of the partial states and of the merges.
 constexpr Tolerance kTolO{1e-5, 1e-5};
@@ -44,8 +44,9 @@ CaseSpec sweep_spec(int k, std::mt19937& rng) {
   static const int kHeads[] = {1, 3, 16};
   static const int kPage[] = {1, 16, 64};
   static const DType kTypes[] = {DType::kBF16, DType::kFP16, DType::kFP32};
-  static const test::TreeKind kTrees[] = {test::TreeKind::kChain, test::TreeKind::kStar, test::TreeKind::kRandom,
-                                          test::TreeKind::kDeep, test::TreeKind::kSingle};
+  static const test::TreeKind kTrees[] = {test::TreeKind::kChain, test::TreeKind::kStar,
+                                          test::TreeKind::kRandom, test::TreeKind::kDeep,
+                                          test::TreeKind::kSingle};
   CaseSpec s;
   s.dtype = kTypes[test::rand_int(rng, 0, 2)];
   s.tree = kTrees[test::rand_int(rng, 0, 4)];
@@ -60,9 +61,11 @@ CaseSpec sweep_spec(int k, std::mt19937& rng) {
     s.prefix_lens.push_back(b == 0 ? kPrefix[k % 6] : kPrefix[test::rand_int(rng, 0, 4)]);
   }
   int64_t cost = 0;
-  for (int b = 0; b < batch; ++b) cost += static_cast<int64_t>(s.q_lens[b]) * (s.prefix_lens[b] + s.q_lens[b]);
+  for (int b = 0; b < batch; ++b)
+    cost += static_cast<int64_t>(s.q_lens[b]) * (s.prefix_lens[b] + s.q_lens[b]);
   if (cost * s.num_heads > 300000) s.num_heads = 1;
-  if (test::rand_int(rng, 0, 4) == 0) s.mask_words = test::rand_int(rng, 2, kMaxMaskWords);  // wider than needed
+  if (test::rand_int(rng, 0, 4) == 0)
+    s.mask_words = test::rand_int(rng, 2, kMaxMaskWords);  // wider than needed
   return s;
 }
 
@@ -74,8 +77,10 @@ TEST(VerifySplit, MatchesFullOnRandomCasesForEveryPart) {
     SCOPED_TRACE(c.describe());
     for (VerifyPart part : {VerifyPart::kAll, VerifyPart::kPrefix, VerifyPart::kTail}) {
       const Result full = run(&cpu::verify_full, c, part), split = run(&cpu::verify_split, c, part);
-      ASSERT_TRUE(all_close(split.o, full.o, kTolO, "o", o_shape(c))) << "part " << test::part_name(part);
-      ASSERT_TRUE(all_close(split.lse, full.lse, kTolLse, "lse", lse_shape(c))) << "part " << test::part_name(part);
+      ASSERT_TRUE(all_close(split.o, full.o, kTolO, "o", o_shape(c)))
+          << "part " << test::part_name(part);
+      ASSERT_TRUE(all_close(split.lse, full.lse, kTolLse, "lse", lse_shape(c)))
+          << "part " << test::part_name(part);
     }
   }
 }
@@ -91,8 +96,8 @@ TEST(VerifySplit, MergeOfPrefixAndTailEqualsFull) {
     const Result all = run(&cpu::verify_full, c, VerifyPart::kAll);
     Result pre = run(&cpu::verify_full, c, VerifyPart::kPrefix);
     const Result tail = run(&cpu::verify_full, c, VerifyPart::kTail);
-    cpu::merge_state(pre.o.data(), pre.lse.data(), tail.o.data(), tail.lse.data(), pre.o.data(), pre.lse.data(),
-                     c.total_q, c.num_heads, kHeadDimV);
+    cpu::merge_state(pre.o.data(), pre.lse.data(), tail.o.data(), tail.lse.data(), pre.o.data(),
+                     pre.lse.data(), c.total_q, c.num_heads, kHeadDimV);
     ASSERT_TRUE(all_close(pre.o, all.o, kTolO, "o", o_shape(c)));
     ASSERT_TRUE(all_close(pre.lse, all.lse, kTolLse, "lse", lse_shape(c)));
   }
@@ -118,7 +123,8 @@ TEST(VerifySplit, LargeMagnitudeLogits) {
 
 TEST(VerifySplit, DesignSizedCase) {
   // H = 16 (DeepSeek-V3 at TP8), 65 tree rows, a prefix one past four splits.
-  const VerifyCase c(test::make_spec(1, 16, 65, 4097, 64, DType::kBF16, test::TreeKind::kRandom), 77);
+  const VerifyCase c(test::make_spec(1, 16, 65, 4097, 64, DType::kBF16, test::TreeKind::kRandom),
+                     77);
   SCOPED_TRACE(c.describe());
   const Result full = run(&cpu::verify_full, c, VerifyPart::kAll);
   const Result split = run(&cpu::verify_split, c, VerifyPart::kAll);
@@ -149,7 +155,8 @@ TEST(VerifySplit, NodesSeeExactlyTheirAncestors) {
     for (int j : {0, 3, 64, 100, 149}) {
       VerifyCase changed = base;
       float* kv = reinterpret_cast<float*>(changed.kv_cache.data());
-      for (int c = 0; c < kHeadDimQK; ++c) kv[changed.kv_index(0, base.prefix_lens[0] + j, c)] += 0.5f;
+      for (int c = 0; c < kHeadDimQK; ++c)
+        kv[changed.kv_index(0, base.prefix_lens[0] + j, c)] += 0.5f;
       const Result after = run(fn, changed, VerifyPart::kAll);
       for (int i = 0; i < base.total_q; ++i) {
         const bool sees = (base.tree_mask[i * base.mask_words + j / 64] >> (j % 64)) & 1u;
@@ -179,8 +186,10 @@ TEST(VerifySplit, PoisonedSlotsAndPagesAreNeverRead) {
       for (VerifyPart part : {VerifyPart::kAll, VerifyPart::kPrefix, VerifyPart::kTail}) {
         const Result a = run(fn, poisoned, part), b = run(fn, clean, part);
         ASSERT_TRUE(test::all_finite(a.o, "o"));
-        ASSERT_TRUE(all_close(a.o, b.o, Tolerance{}, "o", o_shape(poisoned))) << test::part_name(part);
-        ASSERT_TRUE(all_close(a.lse, b.lse, Tolerance{}, "lse", lse_shape(poisoned))) << test::part_name(part);
+        ASSERT_TRUE(all_close(a.o, b.o, Tolerance{}, "o", o_shape(poisoned)))
+            << test::part_name(part);
+        ASSERT_TRUE(all_close(a.lse, b.lse, Tolerance{}, "lse", lse_shape(poisoned)))
+            << test::part_name(part);
       }
   }
 }

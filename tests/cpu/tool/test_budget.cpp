@@ -26,7 +26,8 @@ const std::vector<int64_t> kL = {1024, 4096, 16384, 65536, 262144};
 
 // Verify cost of the form a + b n + c L + d n L (microseconds per layer), for heads and page size.
 CostTable affine_table(double a, double b, double c, double d, int heads = 8, int page_size = 64) {
-  CostTable t = budget_test::make_table(kN, kL, [=](double n, double L) { return a + b * n + c * L + d * n * L; });
+  CostTable t = budget_test::make_table(
+      kN, kL, [=](double n, double L) { return a + b * n + c * L + d * n * L; });
   t.heads = heads;
   t.page_size = page_size;
   return t;
@@ -38,7 +39,8 @@ void expect_invalid(const std::function<void()>& f, const std::vector<std::strin
     f();
     ADD_FAILURE() << "expected std::invalid_argument containing '" << parts[0] << "'";
   } catch (const std::invalid_argument& e) {
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
 }
 
@@ -48,7 +50,8 @@ TEST(Synthetic, DdtreeNodesMatchesTheBuilder) {
     for (int top_k : {1, 3, 8}) {
       for (int budget : {1, 7, 40, 1024}) {
         const Draft d = draw_draft(rng, depth, top_k, 4.0);
-        EXPECT_EQ(tree::build_ddtree(d.view(), 5, budget, depth).size(), ddtree_nodes(depth, top_k, budget))
+        EXPECT_EQ(tree::build_ddtree(d.view(), 5, budget, depth).size(),
+                  ddtree_nodes(depth, top_k, budget))
             << "depth " << depth << " top_k " << top_k << " budget " << budget;
       }
     }
@@ -66,12 +69,14 @@ TEST(Synthetic, DrafterTargetAcceptsWithThePathProbability) {
     const tree::DDTree t = tree::build_ddtree(d.view(), 1, 40, 6);
     const std::vector<int32_t> target = draw_target(rng, Target::kDrafter, d, t, 0.0);
     const double accepted = tree::accept_path(t.parents, t.tokens, target).length - 1;
-    const double diff = accepted - (expected_tokens(std::span(t.scores).subspan(1), t.size() - 1) - 1.0);
+    const double diff =
+        accepted - (expected_tokens(std::span(t.scores).subspan(1), t.size() - 1) - 1.0);
     sum += diff;
     sum_sq += diff * diff;
   }
   const double mean = sum / kRounds, sd = std::sqrt(sum_sq / kRounds - mean * mean);
-  EXPECT_LT(std::fabs(mean), 4 * sd / std::sqrt(double(kRounds))) << "mean accepted - predicted " << mean;
+  EXPECT_LT(std::fabs(mean), 4 * sd / std::sqrt(double(kRounds)))
+      << "mean accepted - predicted " << mean;
 }
 
 TEST(BudgetModel, OnlineCalibrationOverItsWindow) {
@@ -99,13 +104,15 @@ TEST(BudgetModel, CostTallyUsesTheLibrarysCost) {
   const Draft d = draw_draft(rng, 5, 4, 4.0);
   const tree::DDTree t = truncate_ddtree(tree::build_ddtree(d.view(), 2, 200, 5), 63);
   CostTally tally;
-  tally.add(m, t, 100, 3);    // below the table's first L: costed at L = 1024
+  tally.add(m, t, 100, 3);  // below the table's first L: costed at L = 1024
   tally.add(m, t, 5000, 2);
   EXPECT_EQ(tally.request_rounds, 2);
   EXPECT_EQ(tally.tokens, 5);
   EXPECT_EQ(tally.prefix_clamped, 1);
-  EXPECT_DOUBLE_EQ(tally.round_us, round_cost_us(m.table, 63, 1024, m.cost) + round_cost_us(m.table, 63, 5000, m.cost));
-  EXPECT_DOUBLE_EQ(tally.verify_us, 78 * (verify_cost_us(m.table, 64, 1024) + verify_cost_us(m.table, 64, 5000)));
+  EXPECT_DOUBLE_EQ(tally.round_us, round_cost_us(m.table, 63, 1024, m.cost) +
+                                       round_cost_us(m.table, 63, 5000, m.cost));
+  EXPECT_DOUBLE_EQ(tally.verify_us,
+                   78 * (verify_cost_us(m.table, 64, 1024) + verify_cost_us(m.table, 64, 5000)));
   EXPECT_DOUBLE_EQ(tally.predicted_tokens, 2 * expected_tokens(std::span(t.scores).subspan(1), 63));
   EXPECT_EQ(tally.budgets.at(63), 2);
   EXPECT_DOUBLE_EQ(tally.mean_budget(), 63.0);
@@ -140,7 +147,8 @@ TEST(Simulation, BudgetAutoVerifiesTableBudgetsAndCostsEveryRound) {
   SimulationConfig c = costed_config(10000, 10);
   c.budget_auto = true;
   c.target = "drafter";
-  c.budget = c.cost_model.table.max_budget();  // the tree is built at 1023: 364 nodes at depth 5, top-k 3
+  c.budget =
+      c.cost_model.table.max_budget();  // the tree is built at 1023: 364 nodes at depth 5, top-k 3
   const SimulationReport r = run_simulation(c);
   EXPECT_TRUE(r.checks_passed());
   EXPECT_GT(r.request_rounds, 0);
@@ -148,7 +156,8 @@ TEST(Simulation, BudgetAutoVerifiesTableBudgetsAndCostsEveryRound) {
   EXPECT_EQ(r.cost.tokens, r.tokens_committed);
   EXPECT_EQ(r.cost.prefix_clamped, r.request_rounds);  // prompts of at most 40 + 24 tokens
   for (const auto& [budget, count] : r.cost.budgets) {
-    EXPECT_NE(std::find(kN.begin(), kN.end(), budget + 1), kN.end()) << "B = " << budget << " is not a table budget";
+    EXPECT_NE(std::find(kN.begin(), kN.end(), budget + 1), kN.end())
+        << "B = " << budget << " is not a table budget";
     EXPECT_LE(budget, 363);
   }
   const SimulationReport again = run_simulation(c);
@@ -186,7 +195,8 @@ TEST(Simulation, CostTableMustDescribeTheRun) {
   c = costed_config(10000, 10);
   c.cost_model.table.L = {16, 32, 48, 60, 64};
   c.gen_max = 30;  // prefixes reach 40 + 30 - 1 = 69 > 64
-  expect_invalid([&] { validate_config(c); }, {"--prompt-max 40", "--gen-max 30", "69", "largest L, 64"});
+  expect_invalid([&] { validate_config(c); },
+                 {"--prompt-max 40", "--gen-max 30", "69", "largest L, 64"});
   c = costed_config(10000, 10);
   c.budget = 1024;
   c.depth = 10;  // trees of 1025 nodes
@@ -211,7 +221,8 @@ BudgetCompareConfig compare_config(double fixed_us, double per_node_us) {
 // The stated margin (docs/budget.md): with the drafter target the picker's model is exact, and
 // auto comes within 2% of the best fixed budget at every prompt length (seeds 1..3, three costs).
 TEST(BudgetCompare, AutoWithinTwoPercentOfTheBestFixedBudget) {
-  for (const auto& [fixed_us, per_node_us] : std::vector<std::pair<double, double>>{{10000, 10}, {2000, 2}, {40000, 50}}) {
+  for (const auto& [fixed_us, per_node_us] :
+       std::vector<std::pair<double, double>>{{10000, 10}, {2000, 2}, {40000, 50}}) {
     for (uint32_t seed : {1u, 2u, 3u}) {
       BudgetCompareConfig c = compare_config(fixed_us, per_node_us);
       c.seed = seed;
@@ -219,8 +230,8 @@ TEST(BudgetCompare, AutoWithinTwoPercentOfTheBestFixedBudget) {
       ASSERT_EQ(r.prompts.size(), c.prompts.size());
       for (const PromptResult& p : r.prompts) {
         EXPECT_GE(p.automatic.tally.tokens_per_s(), 0.98 * p.best_any().tally.tokens_per_s())
-            << "seed " << seed << ", fixed " << fixed_us << " us, per node " << per_node_us << " us, prompt "
-            << p.prompt << ": best fixed B = " << p.best_any().budget;
+            << "seed " << seed << ", fixed " << fixed_us << " us, per node " << per_node_us
+            << " us, prompt " << p.prompt << ": best fixed B = " << p.best_any().budget;
         EXPECT_EQ(p.automatic.tally.request_rounds, c.rounds);
       }
     }
@@ -235,11 +246,14 @@ TEST(BudgetCompare, EveryPolicySeesTheSameDraftsAndTargets) {
   for (const PolicyResult& f : r.prompts[0].fixed) run.push_back(f.budget);
   EXPECT_EQ(run, (std::vector<int32_t>{0, 15, 31, 63, 127, 255, 511, 1023}));
   for (size_t i = 0; i < run.size(); ++i) {
-    for (const PromptResult& p : r.prompts) EXPECT_EQ(p.fixed[i].tally.tokens, r.prompts[0].fixed[i].tally.tokens);
-    if (i > 0) EXPECT_GE(r.prompts[0].fixed[i].tally.tokens, r.prompts[0].fixed[i - 1].tally.tokens);
+    for (const PromptResult& p : r.prompts)
+      EXPECT_EQ(p.fixed[i].tally.tokens, r.prompts[0].fixed[i].tally.tokens);
+    if (i > 0)
+      EXPECT_GE(r.prompts[0].fixed[i].tally.tokens, r.prompts[0].fixed[i - 1].tally.tokens);
   }
   // Verify grows with n x L: the longest prompt picks budgets no larger than the shortest.
-  EXPECT_LT(r.prompts.back().automatic.tally.mean_budget(), r.prompts.front().automatic.tally.mean_budget());
+  EXPECT_LT(r.prompts.back().automatic.tally.mean_budget(),
+            r.prompts.front().automatic.tally.mean_budget());
   const BudgetCompareReport again = compare_budgets(c);
   EXPECT_EQ(again.prompts.back().automatic.tally.budgets, r.prompts.back().automatic.tally.budgets);
   EXPECT_EQ(again.best_single_budget, r.best_single_budget);
@@ -248,7 +262,8 @@ TEST(BudgetCompare, EveryPolicySeesTheSameDraftsAndTargets) {
 TEST(BudgetCompare, OptionsAreChecked) {
   BudgetCompareConfig c = compare_config(10000, 10);
   c.prompts = {4096, 300000};
-  expect_invalid([&] { validate_compare_config(c); }, {"--compare-prompts", "'300000'", "[1024, 262144]"});
+  expect_invalid([&] { validate_compare_config(c); },
+                 {"--compare-prompts", "'300000'", "[1024, 262144]"});
   c = compare_config(10000, 10);
   c.budgets = {63, 2000};
   expect_invalid([&] { validate_compare_config(c); }, {"--compare-budgets", "'2000'", "[0, 1023]"});

@@ -95,7 +95,8 @@ TEST(Progress, LineFollowsComesBeforeItsLine) {
   run_simulation(c, hooks);
   ASSERT_EQ(written_before.size(), 4u);
   EXPECT_EQ(written_before[0], 0u);
-  for (size_t i = 1; i < written_before.size(); ++i) EXPECT_GT(written_before[i], written_before[i - 1]);
+  for (size_t i = 1; i < written_before.size(); ++i)
+    EXPECT_GT(written_before[i], written_before[i - 1]);
 }
 
 // A default pool too large for the host names the options that size it, and a number of

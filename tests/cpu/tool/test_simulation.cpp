@@ -21,11 +21,13 @@ namespace treemla::tool {
 namespace {
 
 void expect_consistent(const SimulationConfig& c, const SimulationReport& r) {
-  EXPECT_TRUE(r.checks_passed()) << "row mismatches " << r.row_mismatches << ", non-finite " << r.nonfinite_outputs
-                                 << ", cross-check failures " << r.cross_check_failures << ", plan mismatches "
+  EXPECT_TRUE(r.checks_passed()) << "row mismatches " << r.row_mismatches << ", non-finite "
+                                 << r.nonfinite_outputs << ", cross-check failures "
+                                 << r.cross_check_failures << ", plan mismatches "
                                  << r.commit_plan_mismatches;
   EXPECT_EQ(r.rounds, c.rounds);
-  EXPECT_EQ(r.requests_admitted, r.requests_finished + r.requests_cut_short + r.requests_live_at_end);
+  EXPECT_EQ(r.requests_admitted,
+            r.requests_finished + r.requests_cut_short + r.requests_live_at_end);
   ASSERT_EQ(r.acceptance_histogram.size(), static_cast<size_t>(c.depth) + 2);
   EXPECT_EQ(r.acceptance_histogram[0], 0);
   int64_t rounds = 0, tokens = 0;
@@ -95,7 +97,8 @@ TEST(Simulation, LowThresholdForcesDefragThatHelps) {
   int64_t relocated = 0;
   for (const DefragEvent& e : r.defrags) {
     EXPECT_GT(e.runs_per_request_before, 1.0) << "round " << e.round;
-    EXPECT_DOUBLE_EQ(e.runs_per_request_after, 1.0) << "a full defrag makes every request contiguous";
+    EXPECT_DOUBLE_EQ(e.runs_per_request_after, 1.0)
+        << "a full defrag makes every request contiguous";
     EXPECT_GE(e.mean_run_after, e.mean_run_before) << "round " << e.round;
     EXPECT_GT(e.moves, 0);
     relocated += e.pages_relocated;
@@ -234,7 +237,8 @@ TEST(Simulation, BadConfigRejectedNamingTheOption) {
     validate_config(c);
     ADD_FAILURE() << "cuda accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("not available in this build"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not available in this build"), std::string::npos)
+        << e.what();
   }
 #endif
 }
@@ -290,7 +294,8 @@ TEST(Simulation, GlmFiveLongContextShapesValidate) {
     validate_config(c);
     ADD_FAILURE() << "a 4.5 GiB host cache was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("--max-requests 16 with --prompt-max 262144", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("--max-requests 16 with --prompt-max 262144", 0), 0u)
+        << e.what();
   }
 #ifdef TREEMLA_WITH_CUDA
   c.device = "cuda";
@@ -317,7 +322,9 @@ TEST(Simulation, CrossCheckSkippedOverTheContextLimit) {
 class HostDeviceBackend final : public SimBackend {
  public:
   HostDeviceBackend(const kvpool::PoolConfig& c, bool corrupt)
-      : config_(c), corrupt_(corrupt), cache_(static_cast<size_t>(c.num_pages) * c.page_size * c.row_width, 0) {}
+      : config_(c),
+        corrupt_(corrupt),
+        cache_(static_cast<size_t>(c.num_pages) * c.page_size * c.row_width, 0) {}
   const char* name() const override { return "host-device"; }
   void write_rows(std::span<const kvpool::RowSlot> slots, std::span<const uint16_t> rows) override {
     for (size_t i = 0; i < slots.size(); ++i)
@@ -328,8 +335,12 @@ class HostDeviceBackend final : public SimBackend {
     for (const kvpool::RowSlot& s : slots) out.push_back(hash_row(row(s.page, s.slot), kHeadDimQK));
     return out;
   }
-  void apply_commit(const kvpool::CommitPlan&) override { ADD_FAILURE() << "a plan applied after a device commit"; }
-  void apply_defrag(const kvpool::DefragPlan& plan) override { kvpool::apply_plan(config_, plan, cache_.data()); }
+  void apply_commit(const kvpool::CommitPlan&) override {
+    ADD_FAILURE() << "a plan applied after a device commit";
+  }
+  void apply_defrag(const kvpool::DefragPlan& plan) override {
+    kvpool::apply_plan(config_, plan, cache_.data());
+  }
   void verify(VerifyParams p, float* o, float* lse) override {
     p.kv_cache = cache_.data();
     cpu::verify_split(p, o, lse);
@@ -343,13 +354,15 @@ class HostDeviceBackend final : public SimBackend {
     cpu::verify_full(p, o, lse);
   }
   bool device_commit(std::span<const int32_t> parents, std::span<const int32_t> node_tokens,
-                     std::span<const int32_t> target_tokens, int max_accept, DeviceCommitResult& out) override {
+                     std::span<const int32_t> target_tokens, int max_accept,
+                     DeviceCommitResult& out) override {
     const size_t batch = prefix_.size();
     out = DeviceCommitResult{};
     out.max_accept = max_accept;
     out.accepted.assign(batch * max_accept, -1);
     for (size_t b = 0; b < batch; ++b) {
-      const size_t q0 = static_cast<size_t>(indptr_[b]), n = static_cast<size_t>(indptr_[b + 1]) - q0;
+      const size_t q0 = static_cast<size_t>(indptr_[b]),
+                   n = static_cast<size_t>(indptr_[b + 1]) - q0;
       tree::Acceptance acc = tree::accept_path(parents.subspan(q0, n), node_tokens.subspan(q0, n),
                                                target_tokens.subspan(q0, n));
       if (corrupt_ && b == 0 && acc.length > 1) {  // a wrong but well-formed answer: the root alone
@@ -376,20 +389,24 @@ class HostDeviceBackend final : public SimBackend {
     p.kv_cache = cache_.data();
     return run_prefix(p, reps, out);
   }
-  bool time_prefix_pass_contiguous(VerifyParams p, int page_size, int reps, PrefixTiming& out) override {
+  bool time_prefix_pass_contiguous(VerifyParams p, int page_size, int reps,
+                                   PrefixTiming& out) override {
     std::vector<int32_t> table;
     std::vector<uint16_t> fresh;
     int64_t stride = 1;
     for (int b = 0; b < p.batch; ++b)
-      stride = std::max(stride, pages_for_rows(int64_t{p.prefix_lens[b]} + p.q_indptr[b + 1] - p.q_indptr[b], page_size));
+      stride = std::max(
+          stride,
+          pages_for_rows(int64_t{p.prefix_lens[b]} + p.q_indptr[b + 1] - p.q_indptr[b], page_size));
     for (int b = 0; b < p.batch; ++b) {
       const int64_t base = static_cast<int64_t>(fresh.size()) / (int64_t{page_size} * kHeadDimQK);
       for (int64_t k = 0; k < stride; ++k) table.push_back(static_cast<int32_t>(base + k));
       fresh.resize(fresh.size() + static_cast<size_t>(stride) * page_size * kHeadDimQK, 0);
       for (int32_t t = 0; t < p.prefix_lens[b]; ++t) {
         const int32_t page = p.page_table[b * p.page_table_stride + t / config_.page_size];
-        std::copy_n(row(page, t % config_.page_size), kHeadDimQK,
-                    fresh.data() + ((base + t / page_size) * page_size + t % page_size) * kHeadDimQK);
+        std::copy_n(
+            row(page, t % config_.page_size), kHeadDimQK,
+            fresh.data() + ((base + t / page_size) * page_size + t % page_size) * kHeadDimQK);
       }
     }
     p.kv_cache = fresh.data();

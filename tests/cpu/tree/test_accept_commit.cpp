@@ -25,10 +25,18 @@ std::vector<int32_t> random_tree(int n, int shape, std::mt19937& rng) {
   p[0] = -1;
   for (int i = 1; i < n; ++i) {
     switch (shape) {
-      case 0: p[i] = i - 1; break;                                      // chain
-      case 1: p[i] = 0; break;                                          // star
-      case 2: p[i] = static_cast<int32_t>(rng() % i); break;            // random
-      default: p[i] = (rng() % 6) ? i - 1 : static_cast<int32_t>(rng() % i); break;  // deep
+      case 0:
+        p[i] = i - 1;
+        break;  // chain
+      case 1:
+        p[i] = 0;
+        break;  // star
+      case 2:
+        p[i] = static_cast<int32_t>(rng() % i);
+        break;  // random
+      default:
+        p[i] = (rng() % 6) ? i - 1 : static_cast<int32_t>(rng() % i);
+        break;  // deep
     }
   }
   return p;
@@ -103,13 +111,22 @@ TEST(Accept, HandCases) {
 
 TEST(Accept, ArgumentErrors) {
   const std::vector<int32_t> p = {-1, 0, 1};
-  expect_error([&] { accept_path(p, std::vector<int32_t>{1, 2}, std::vector<int32_t>{1, 2, 3}); },
-               {"node_tokens has 2", "3"});
-  expect_error([&] { accept_path(p, std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1}); },
-               {"target_tokens has 1", "3"});
-  expect_error([&] { accept_path(std::vector<int32_t>{-1, 2}, std::vector<int32_t>{1, 2},
-                                 std::vector<int32_t>{1, 2}); },
-               {"parents[1] = 2"});
+  expect_error(
+      [&] {
+        accept_path(p, std::vector<int32_t>{1, 2}, std::vector<int32_t>{1, 2, 3});
+      },
+      {"node_tokens has 2", "3"});
+  expect_error(
+      [&] {
+        accept_path(p, std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1});
+      },
+      {"target_tokens has 1", "3"});
+  expect_error(
+      [&] {
+        accept_path(std::vector<int32_t>{-1, 2}, std::vector<int32_t>{1, 2},
+                    std::vector<int32_t>{1, 2});
+      },
+      {"parents[1] = 2"});
 }
 
 TEST(Accept, RandomTreesMatchReference) {
@@ -170,7 +187,7 @@ TEST(Accept, DDTreeWithTargetsFollowingAPath) {
 }
 
 TEST(TargetTokens, ArgmaxTiesAndErrors) {
-  const std::vector<float> rows = {1, 3, 3, 0,  -1, -2, -1, -9,  5, 5, 5, 5};
+  const std::vector<float> rows = {1, 3, 3, 0, -1, -2, -1, -9, 5, 5, 5, 5};
   EXPECT_EQ(argmax_rows(rows, 3, 4), (std::vector<int32_t>{1, 0, 0}));
   const std::vector<float> inf_rows = {-INFINITY, -INFINITY, INFINITY, 0};
   EXPECT_EQ(argmax_rows(inf_rows, 2, 2), (std::vector<int32_t>{0, 0}));
@@ -227,11 +244,26 @@ TEST(TargetTokens, SamplingFrequencies) {
 }
 
 TEST(TargetTokens, SamplingErrors) {
-  expect_error([&] { sample_rows(std::vector<float>{0.5f, -0.1f}, 1, 2, 1u); },
-               {"probs[0][1] = -0.1", ">= 0"});
-  expect_error([&] { sample_rows(std::vector<float>{INFINITY, 1}, 1, 2, 1u); }, {"probs[0][0] = inf"});
-  expect_error([&] { sample_rows(std::vector<float>{1, 0, 0, 0}, 2, 2, 1u); }, {"probs row 1 sums to 0"});
-  expect_error([&] { sample_rows(std::vector<float>{1, 0, 0}, 2, 2, 1u); }, {"probs has 3", "2 * 2 = 4"});
+  expect_error(
+      [&] {
+        sample_rows(std::vector<float>{0.5f, -0.1f}, 1, 2, 1u);
+      },
+      {"probs[0][1] = -0.1", ">= 0"});
+  expect_error(
+      [&] {
+        sample_rows(std::vector<float>{INFINITY, 1}, 1, 2, 1u);
+      },
+      {"probs[0][0] = inf"});
+  expect_error(
+      [&] {
+        sample_rows(std::vector<float>{1, 0, 0, 0}, 2, 2, 1u);
+      },
+      {"probs row 1 sums to 0"});
+  expect_error(
+      [&] {
+        sample_rows(std::vector<float>{1, 0, 0}, 2, 2, 1u);
+      },
+      {"probs has 3", "2 * 2 = 4"});
 }
 
 TEST(Accept, SampledAcceptanceIsReproducible) {
@@ -289,14 +321,26 @@ TEST(Commit, HandCases) {
 
 TEST(Commit, ArgumentErrors) {
   const std::vector<int32_t> p = {-1, 0, 0, 1, 2};
-  expect_error([&] { plan_commit(p, std::vector<int32_t>{}, 0); }, {"accepted has 0", "1..tree size 5"});
+  expect_error([&] { plan_commit(p, std::vector<int32_t>{}, 0); },
+               {"accepted has 0", "1..tree size 5"});
   expect_error([&] { plan_commit(p, std::vector<int32_t>(6, 0), 0); }, {"accepted has 6"});
   expect_error([&] { plan_commit(p, std::vector<int32_t>{1, 3}, 0); }, {"accepted[0] = 1", "root"});
-  expect_error([&] { plan_commit(p, std::vector<int32_t>{0, 1, 4}, 0); },
-               {"accepted[2] = 4 has parent 2", "child of accepted[1] = 1", "depth 2"});
-  expect_error([&] { plan_commit(p, std::vector<int32_t>{0, 3}, 0); }, {"accepted[1] = 3 has parent 1"});
+  expect_error(
+      [&] {
+        plan_commit(p, std::vector<int32_t>{0, 1, 4}, 0);
+      },
+      {"accepted[2] = 4 has parent 2", "child of accepted[1] = 1", "depth 2"});
+  expect_error(
+      [&] {
+        plan_commit(p, std::vector<int32_t>{0, 3}, 0);
+      },
+      {"accepted[1] = 3 has parent 1"});
   // A sibling of the previous node (parent above the path, not on it) is no child either.
-  expect_error([&] { plan_commit(p, std::vector<int32_t>{0, 1, 2}, 0); }, {"accepted[2] = 2 has parent 0"});
+  expect_error(
+      [&] {
+        plan_commit(p, std::vector<int32_t>{0, 1, 2}, 0);
+      },
+      {"accepted[2] = 2 has parent 0"});
   expect_error([&] { plan_commit(p, std::vector<int32_t>{0, 9}, 0); }, {"accepted[1] = 9", "1..4"});
   expect_error([&] { plan_commit(p, std::vector<int32_t>{0, 0}, 0); }, {"accepted[1] = 0"});
   expect_error([&] { plan_commit(p, std::vector<int32_t>{0}, -2); }, {"prefix_len = -2"});
@@ -337,6 +381,7 @@ TEST(Commit, InPlaceCopiesLeaveTheAcceptedPathInOrder) {
       rows[rc.dst] = rows[rc.src];
     }
     for (int t = 0; t < prefix; ++t) ASSERT_EQ(rows[t], -1 - t) << ctx;
-    for (size_t k = 0; k < acc.size(); ++k) ASSERT_EQ(rows[prefix + k], acc[k]) << ctx << " k " << k;
+    for (size_t k = 0; k < acc.size(); ++k)
+      ASSERT_EQ(rows[prefix + k], acc[k]) << ctx << " k " << k;
   }
 }

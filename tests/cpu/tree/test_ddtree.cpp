@@ -213,8 +213,7 @@ double brute_force_best(const Draft& d, int budget, int64_t* count) {
 TEST(DDTree, HandExample) {
   // Depth 1: p = .6, .4; depth 2: p = .7, .3. Paths by probability: (0) .6, (0,0) .42, (1) .4,
   // (1,0) .28, (0,1) .18, (1,1) .12.
-  Draft d{2, 2, {10, 11, 20, 21},
-          {std::log(0.6f), std::log(0.4f), std::log(0.7f), std::log(0.3f)}};
+  Draft d{2, 2, {10, 11, 20, 21}, {std::log(0.6f), std::log(0.4f), std::log(0.7f), std::log(0.3f)}};
   const DDTree t = build_ddtree(d.view(), 99, 4);
   EXPECT_EQ(t.parents, (std::vector<int32_t>{-1, 0, 1, 0, 3}));
   EXPECT_EQ(t.tokens, (std::vector<int32_t>{99, 10, 20, 11, 20}));
@@ -260,16 +259,19 @@ TEST(DDTree, ArgumentErrors) {
   expect_error([&] { build_ddtree(bad.view(), 0, 4); }, {"draft.log_probs has 5"});
   bad = d;
   bad.lp[2] = 0.5f;
-  expect_error([&] { build_ddtree(bad.view(), 0, 4); }, {"draft.log_probs[depth 2][rank 0] = 0.5", "<= 0"});
+  expect_error([&] { build_ddtree(bad.view(), 0, 4); },
+               {"draft.log_probs[depth 2][rank 0] = 0.5", "<= 0"});
   bad = d;
   bad.lp[1] = NAN;
   expect_error([&] { build_ddtree(bad.view(), 0, 4); }, {"draft.log_probs[depth 1][rank 1]"});
   bad = d;
   bad.lp[3] = -0.2f;
-  expect_error([&] { build_ddtree(bad.view(), 0, 4); }, {"[depth 2][rank 1] = -0.2", "rank 0", "sorted"});
+  expect_error([&] { build_ddtree(bad.view(), 0, 4); },
+               {"[depth 2][rank 1] = -0.2", "rank 0", "sorted"});
   bad = d;
   bad.tokens[3] = 20;
-  expect_error([&] { build_ddtree(bad.view(), 0, 4); }, {"draft.tokens[depth 2][rank 1] = 20", "repeats rank 0"});
+  expect_error([&] { build_ddtree(bad.view(), 0, 4); },
+               {"draft.tokens[depth 2][rank 1] = 20", "repeats rank 0"});
   bad = d;
   bad.tokens[0] = -3;
   expect_error([&] { build_ddtree(bad.view(), 0, 4); }, {"draft.tokens[depth 1][rank 0] = -3"});
@@ -296,9 +298,10 @@ TEST(DDTree, RandomDraftsKeepEveryProperty) {
         std::vector<int> budgets(std::begin(Bs), std::end(Bs));
         budgets.push_back(1 + static_cast<int>(rng() % kMaxBudget));
         for (int B : budgets) {
-          const std::string ctx = "seed " + std::to_string(seed) + " trial " + std::to_string(trial++) +
-                                  " K " + std::to_string(K) + " D " + std::to_string(D) + " B " +
-                                  std::to_string(B) + " mode " + std::to_string(static_cast<int>(mode));
+          const std::string ctx = "seed " + std::to_string(seed) + " trial " +
+                                  std::to_string(trial++) + " K " + std::to_string(K) + " D " +
+                                  std::to_string(D) + " B " + std::to_string(B) + " mode " +
+                                  std::to_string(static_cast<int>(mode));
           const DDTree t = build_ddtree(d.view(), 5, B);
           check_tree(d, B, t, ctx);
           if (::testing::Test::HasFatalFailure()) return;

@@ -18,11 +18,16 @@ namespace {
 enum class Shape { kChain, kStar, kRandom, kDeep, kBinary };
 const char* shape_name(Shape s) {
   switch (s) {
-    case Shape::kChain: return "chain";
-    case Shape::kStar: return "star";
-    case Shape::kRandom: return "random";
-    case Shape::kDeep: return "deep";
-    case Shape::kBinary: return "binary";
+    case Shape::kChain:
+      return "chain";
+    case Shape::kStar:
+      return "star";
+    case Shape::kRandom:
+      return "random";
+    case Shape::kDeep:
+      return "deep";
+    case Shape::kBinary:
+      return "binary";
   }
   return "?";
 }
@@ -32,13 +37,23 @@ std::vector<int32_t> make_tree(Shape s, int n, std::mt19937& rng) {
   p[0] = -1;
   for (int i = 1; i < n; ++i) {
     switch (s) {
-      case Shape::kChain: p[i] = i - 1; break;
-      case Shape::kStar: p[i] = 0; break;
-      case Shape::kRandom: p[i] = static_cast<int32_t>(rng() % i); break;
+      case Shape::kChain:
+        p[i] = i - 1;
+        break;
+      case Shape::kStar:
+        p[i] = 0;
+        break;
+      case Shape::kRandom:
+        p[i] = static_cast<int32_t>(rng() % i);
+        break;
       // Mostly extends one of the last few nodes: long paths with side branches.
-      case Shape::kDeep: p[i] = (rng() % 8) ? i - 1 - static_cast<int32_t>(rng() % std::min(i, 3))
-                                            : static_cast<int32_t>(rng() % i); break;
-      case Shape::kBinary: p[i] = (i - 1) / 2; break;
+      case Shape::kDeep:
+        p[i] = (rng() % 8) ? i - 1 - static_cast<int32_t>(rng() % std::min(i, 3))
+                           : static_cast<int32_t>(rng() % i);
+        break;
+      case Shape::kBinary:
+        p[i] = (i - 1) / 2;
+        break;
     }
   }
   return p;
@@ -47,7 +62,10 @@ std::vector<int32_t> make_tree(Shape s, int n, std::mt19937& rng) {
 // Independent references: walk to the root.
 int ref_depth(const std::vector<int32_t>& p, int i) {
   int d = 0;
-  while (p[i] >= 0) { i = p[i]; ++d; }
+  while (p[i] >= 0) {
+    i = p[i];
+    ++d;
+  }
   return d;
 }
 // vis[i][j] = 1 iff j is on the walk from i to the root.
@@ -114,7 +132,8 @@ TEST(TreeDerive, DepthsPositionsMasksMatchReference) {
     for (Shape s : kShapes) {
       for (int n : kSizes) {
         const auto p = make_tree(s, n, rng);
-        SCOPED_TRACE(testing::Message() << "seed " << seed << " shape " << shape_name(s) << " n " << n);
+        SCOPED_TRACE(testing::Message()
+                     << "seed " << seed << " shape " << shape_name(s) << " n " << n);
         const auto depth = compute_depths(p);
         const int32_t prefix = static_cast<int32_t>(rng() % 300000);
         const auto pos = compute_positions(p, prefix);
@@ -164,7 +183,8 @@ TEST(TreeDerive, ArgumentBounds) {
   std::vector<int32_t> t = p;
   t[0] = -1;
   std::vector<uint64_t> out(65 * 2);
-  expect_error([&] { write_ancestor_mask(t, 1, out); }, {"mask_words = 1", ">= ceil(n / 64) = 2", "n = 65"});
+  expect_error([&] { write_ancestor_mask(t, 1, out); },
+               {"mask_words = 1", ">= ceil(n / 64) = 2", "n = 65"});
   std::vector<uint64_t> small(65 * 2 - 1);
   expect_error([&] { write_ancestor_mask(t, 2, small); }, {"out has 129 words", "65 * 2 = 130"});
   expect_error([&] { compute_positions(t, -1); }, {"prefix_len = -1", "0..1048576"});
@@ -267,7 +287,8 @@ TEST(TreeBatch, LayoutMatchesPerTreeDerivations) {
       for (int i = 0; i < n; ++i) {
         ASSERT_EQ(L.positions[begin + i], prefix[b] + ref_depth(trees[b], i));
         for (int j = 0; j < L.mask_words * 64; ++j) {
-          const bool bit = (L.tree_mask[(size_t)(begin + i) * L.mask_words + j / 64] >> (j % 64)) & 1;
+          const bool bit =
+              (L.tree_mask[(size_t)(begin + i) * L.mask_words + j / 64] >> (j % 64)) & 1;
           ASSERT_EQ(bit, j < n && vis[i][j]) << "b " << b << " row " << i << " bit " << j;
         }
       }

@@ -17,10 +17,12 @@ namespace {
 __global__ void hbm_read_kernel(const uint4* __restrict__ src, size_t n, uint32_t* sink) {
   uint32_t acc = 0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += 4 * stride) {
     uint4 v[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = i + k * stride < n ? __ldcs(src + i + k * stride) : make_uint4(0, 0, 0, 0);
+    for (int k = 0; k < 4; ++k)
+      v[k] = i + k * stride < n ? __ldcs(src + i + k * stride) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
   }
@@ -33,7 +35,8 @@ __global__ void mma_peak_kernel(int iters, float* sink) {
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   const uint32_t x = threadIdx.x * 2654435761u;
-  uint32_t a[4] = {x & 0x3f803f80u, (x >> 1) & 0x3f803f80u, (x >> 2) & 0x3f803f80u, (x >> 3) & 0x3f803f80u};
+  uint32_t a[4] = {x & 0x3f803f80u, (x >> 1) & 0x3f803f80u, (x >> 2) & 0x3f803f80u,
+                   (x >> 3) & 0x3f803f80u};
   const uint32_t b0 = (x >> 4) & 0x3f803f80u, b1 = (x >> 5) & 0x3f803f80u;
   for (int it = 0; it < iters; ++it) {
 #pragma unroll
@@ -51,8 +54,9 @@ __global__ void mma_peak_kernel(int iters, float* sink) {
 // Run with many CTAs per SM it measures what the pages allow (the decode ceiling); with the
 // verify kernel's grid (one 8-warp CTA per SM) what that occupancy allows with plain loads.
 template <int kUnroll>
-__global__ void paged_read_kernel(const uint4* __restrict__ kv, const int32_t* __restrict__ page_table,
-                                  int stride, int batch, int rows, int page_size, int splits, uint32_t* sink) {
+__global__ void paged_read_kernel(const uint4* __restrict__ kv,
+                                  const int32_t* __restrict__ page_table, int stride, int batch,
+                                  int rows, int page_size, int splits, uint32_t* sink) {
   constexpr int kRowVecs = treemla::kHeadDimQK * 2 / 16;  // 72 x 16 B per row
   const int sub = threadIdx.x & 7, r = threadIdx.x >> 3;
   const int blocks = (rows + 31) / 32;
@@ -66,7 +70,8 @@ __global__ void paged_read_kernel(const uint4* __restrict__ kv, const int32_t* _
       const int t = blk * 32 + r;
       if (t < rows) {
         const int page = __ldg(page_table + static_cast<int64_t>(b) * stride + t / page_size);
-        const uint4* src = kv + (static_cast<int64_t>(page) * page_size + t % page_size) * kRowVecs + sub;
+        const uint4* src =
+            kv + (static_cast<int64_t>(page) * page_size + t % page_size) * kRowVecs + sub;
         uint4 v[9];
 #pragma unroll
         for (int i = 0; i < 9; ++i) v[i] = __ldcs(src + 8 * i);
@@ -81,15 +86,21 @@ __global__ void paged_read_kernel(const uint4* __restrict__ kv, const int32_t* _
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    uint32_t h =
+        static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    h *= 3266489917u;
+    h ^= h >> 16;
     p[i] = __float2bfloat16((static_cast<float>(h & 0xffffff) / 16777216.f * 2.f - 1.f) * scale);
   }
 }
 
 }  // namespace
 
-void launch_hbm_read(int blocks, int threads, const void* src, size_t n, uint32_t* sink, cudaStream_t stream) {
+void launch_hbm_read(int blocks, int threads, const void* src, size_t n, uint32_t* sink,
+                     cudaStream_t stream) {
   hbm_read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(src), n, sink);
 }
 
@@ -97,11 +108,12 @@ void launch_mma_peak(int blocks, int threads, int iters, float* sink, cudaStream
   mma_peak_kernel<<<blocks, threads, 0, stream>>>(iters, sink);
 }
 
-void launch_paged_read(int unroll, int blocks, int threads, const void* kv, const int32_t* page_table, int stride,
-                       int batch, int rows, int page_size, int splits, uint32_t* sink, cudaStream_t stream) {
+void launch_paged_read(int unroll, int blocks, int threads, const void* kv,
+                       const int32_t* page_table, int stride, int batch, int rows, int page_size,
+                       int splits, uint32_t* sink, cudaStream_t stream) {
   const auto kernel = unroll == 4 ? paged_read_kernel<4> : paged_read_kernel<1>;
-  kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(kv), page_table, stride, batch, rows, page_size,
-                                         splits, sink);
+  kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(kv), page_table, stride, batch,
+                                         rows, page_size, splits, sink);
 }
 
 void launch_fill_random_bf16(int blocks, int threads, void* p, size_t n, uint32_t seed, float scale,

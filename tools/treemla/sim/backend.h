@@ -49,7 +49,8 @@ struct BackendLimits {
 // The device's acceptance and commit of one verified batch (SimBackend::device_commit).
 struct DeviceCommitResult {
   int max_accept = 0;
-  std::vector<int32_t> accepted;      // [batch, max_accept]: local node indices, root first; -1 past the path
+  std::vector<int32_t>
+      accepted;  // [batch, max_accept]: local node indices, root first; -1 past the path
   std::vector<int32_t> accept_len;    // [batch]
   std::vector<int32_t> bonus_tokens;  // [batch]: target token at the last accepted node
   std::vector<int32_t> new_seq_lens;  // [batch]: the request's length after the device commit
@@ -68,7 +69,8 @@ class SimBackend {
   virtual const char* name() const = 0;
 
   // Writes rows.size() / row_width rows (bf16, contiguous) to the given cache slots.
-  virtual void write_rows(std::span<const kvpool::RowSlot> slots, std::span<const uint16_t> rows) = 0;
+  virtual void write_rows(std::span<const kvpool::RowSlot> slots,
+                          std::span<const uint16_t> rows) = 0;
   // hash_row of each slot's row as the cache holds it now.
   virtual std::vector<uint64_t> hash_rows(std::span<const kvpool::RowSlot> slots) = 0;
 
@@ -93,7 +95,8 @@ class SimBackend {
   // arrays aligned with the batch's tree nodes. The caller then updates the KvPool bookkeeping
   // with the returned paths WITHOUT applying the CommitPlan: the device already moved the rows.
   // Returns false (and does nothing) when the backend commits through apply_commit only.
-  virtual bool device_commit(std::span<const int32_t> /*parents*/, std::span<const int32_t> /*node_tokens*/,
+  virtual bool device_commit(std::span<const int32_t> /*parents*/,
+                             std::span<const int32_t> /*node_tokens*/,
                              std::span<const int32_t> /*target_tokens*/, int /*max_accept*/,
                              DeviceCommitResult& /*out*/) {
     return false;
@@ -103,7 +106,9 @@ class SimBackend {
   virtual double last_gpu_ms() const { return -1.0; }
   // The prefix pass alone (VerifyPart::kPrefix) of the batch p (host arrays, as for verify()),
   // timed `reps` times. Returns false when the backend cannot time it (the CPU backend).
-  virtual bool time_prefix_pass(VerifyParams /*p*/, int /*reps*/, PrefixTiming& /*out*/) { return false; }
+  virtual bool time_prefix_pass(VerifyParams /*p*/, int /*reps*/, PrefixTiming& /*out*/) {
+    return false;
+  }
   // The same with each request's prefix rows copied into a fresh cache of page_size rows per
   // page, every request one contiguous ascending run (p's page table says where the rows are).
   virtual bool time_prefix_pass_contiguous(VerifyParams /*p*/, int /*page_size*/, int /*reps*/,
@@ -161,16 +166,19 @@ void check_device(const std::string& device);
 void require_device(const std::string& device);
 
 // The backend of a device: CpuBackend, or in a CUDA build with a GPU the CUDA backend.
-std::unique_ptr<SimBackend> make_backend(const std::string& device, const kvpool::PoolConfig& config,
+std::unique_ptr<SimBackend> make_backend(const std::string& device,
+                                         const kvpool::PoolConfig& config,
                                          const BackendLimits& limits = {});
 
 #ifdef TREEMLA_WITH_CUDA
 // The CUDA backend (cuda_backend.cpp): the cache in device memory, every operation on the GPU.
 // make_backend("cuda") calls it.
-std::unique_ptr<SimBackend> make_cuda_backend(const kvpool::PoolConfig& config, const BackendLimits& limits);
+std::unique_ptr<SimBackend> make_cuda_backend(const kvpool::PoolConfig& config,
+                                              const BackendLimits& limits);
 #endif
 
 // Builds a backend for a loop (SimulationHooks::backend); tests use their own.
-using BackendFactory = std::unique_ptr<SimBackend> (*)(const kvpool::PoolConfig&, const BackendLimits&);
+using BackendFactory = std::unique_ptr<SimBackend> (*)(const kvpool::PoolConfig&,
+                                                       const BackendLimits&);
 
 }  // namespace treemla::tool

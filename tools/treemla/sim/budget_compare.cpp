@@ -52,17 +52,21 @@ std::vector<int32_t> fixed_budgets(const BudgetCompareConfig& c) {
 void validate_compare_config(const BudgetCompareConfig& c) {
   auto range = [](const char* name, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi)
-      bad(name, std::to_string(v), "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      bad(name, std::to_string(v),
+          "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   };
   range("rounds", c.rounds, 1, kMaxCompareRounds);
   range("depth", c.depth, limits::kDepth.lo, limits::kDepth.hi);
   range("topk", c.top_k, limits::kTopK.lo, limits::kTopK.hi);
   if (!(c.draft_logit_range >= 0.0 && c.draft_logit_range <= limits::kMaxDraftLogitRange))
-    bad("draft-logit-range", str(c.draft_logit_range), "a number in [0, " + str(limits::kMaxDraftLogitRange) + "]");
+    bad("draft-logit-range", str(c.draft_logit_range),
+        "a number in [0, " + str(limits::kMaxDraftLogitRange) + "]");
   parse_target(c.target);
-  if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0)) bad("accept-prob", str(c.accept_prob), "a number in [0, 1]");
+  if (!(c.accept_prob >= 0.0 && c.accept_prob <= 1.0))
+    bad("accept-prob", str(c.accept_prob), "a number in [0, 1]");
   validate_cost_model(c.cost_model);
-  if (!c.cost_model.on()) throw std::invalid_argument("--budget-compare needs a cost table (--cost-table)");
+  if (!c.cost_model.on())
+    throw std::invalid_argument("--budget-compare needs a cost table (--cost-table)");
   const CostTable& t = c.cost_model.table;
   if (c.prompts.empty() || c.prompts.size() > kMaxComparePrompts)
     bad("compare-prompts", std::to_string(c.prompts.size()) + " lengths",
@@ -70,13 +74,14 @@ void validate_compare_config(const BudgetCompareConfig& c) {
   for (int64_t p : c.prompts) {
     if (p < t.L.front() || p > t.L.back())
       bad("compare-prompts", std::to_string(p),
-          "within the cost table's L range [" + std::to_string(t.L.front()) + ", " + std::to_string(t.L.back()) + "]");
+          "within the cost table's L range [" + std::to_string(t.L.front()) + ", " +
+              std::to_string(t.L.back()) + "]");
   }
   const int32_t most = full_tree_nodes(c) - 1;  // draft nodes the drafter's paths allow
   if (most < t.min_budget()) {
     bad("depth", std::to_string(c.depth),
-        "large enough (with --topk " + std::to_string(c.top_k) + ") for trees of the cost table's smallest budget, " +
-            std::to_string(t.min_budget()));
+        "large enough (with --topk " + std::to_string(c.top_k) +
+            ") for trees of the cost table's smallest budget, " + std::to_string(t.min_budget()));
   }
   if (c.budgets.empty()) bad("compare-budgets", "", "at least one budget");
   for (int32_t b : c.budgets) {
@@ -84,8 +89,8 @@ void validate_compare_config(const BudgetCompareConfig& c) {
     if (b < t.min_budget() || b > hi) {
       bad("compare-budgets", std::to_string(b),
           "in [" + std::to_string(t.min_budget()) + ", " + std::to_string(hi) +
-              "] (the cost table's budgets, and the paths of --depth " + std::to_string(c.depth) + " x --topk " +
-              std::to_string(c.top_k) + ")");
+              "] (the cost table's budgets, and the paths of --depth " + std::to_string(c.depth) +
+              " x --topk " + std::to_string(c.top_k) + ")");
     }
   }
 }
@@ -145,7 +150,8 @@ BudgetCompareReport compare_budgets(const BudgetCompareConfig& c) {
       for (PolicyResult& p : pr.fixed) verify(p, p.budget);
       const int32_t b = pick_auto_budget(c.cost_model, full, prompt, calibration.value());
       const int32_t accepted = verify(pr.automatic, b);
-      calibration.add(double(accepted - 1), expected_tokens(std::span(full.scores).subspan(1), b) - 1.0);
+      calibration.add(double(accepted - 1),
+                      expected_tokens(std::span(full.scores).subspan(1), b) - 1.0);
     }
     pr.automatic.calibration = calibration.value();
     report.prompts.push_back(std::move(pr));
@@ -153,13 +159,15 @@ BudgetCompareReport compare_budgets(const BudgetCompareConfig& c) {
   double best_score = -std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < budgets.size(); ++i) {
     double log_sum = 0;
-    for (const PromptResult& pr : report.prompts) log_sum += std::log(std::max(pr.fixed[i].tally.tokens_per_s(), 1e-300));
+    for (const PromptResult& pr : report.prompts)
+      log_sum += std::log(std::max(pr.fixed[i].tally.tokens_per_s(), 1e-300));
     if (log_sum > best_score) {
       best_score = log_sum;
       report.best_single_budget = budgets[i];
     }
   }
-  report.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }
 

@@ -25,7 +25,8 @@ struct BudgetCompareConfig {
   std::string target = "drafter";
   double accept_prob = 0.7;  // target "children" only
   std::vector<int64_t> prompts = {4096, 8192, 16384, 32768, 65536, 131072, 185000};
-  std::vector<int32_t> budgets = {15, 63, 255, 1023};  // the fixed budgets shown (n = 16, 64, 256, 1024)
+  std::vector<int32_t> budgets = {15, 63, 255,
+                                  1023};  // the fixed budgets shown (n = 16, 64, 256, 1024)
   CostModelConfig cost_model;
 };
 

@@ -11,7 +11,9 @@ namespace treemla::tool {
 
 namespace {
 
-std::span<const double> draft_scores(const tree::DDTree& t) { return std::span(t.scores).subspan(1); }
+std::span<const double> draft_scores(const tree::DDTree& t) {
+  return std::span(t.scores).subspan(1);
+}
 
 }  // namespace
 
@@ -22,8 +24,8 @@ void validate_cost_model(const CostModelConfig& m) {
     throw std::invalid_argument(os.str());
   };
   if (m.cost.layers < 1 || m.cost.layers > kMaxLayers) {
-    throw std::invalid_argument("--layers: '" + std::to_string(m.cost.layers) + "' must be an integer in [1, " +
-                                std::to_string(kMaxLayers) + "]");
+    throw std::invalid_argument("--layers: '" + std::to_string(m.cost.layers) +
+                                "' must be an integer in [1, " + std::to_string(kMaxLayers) + "]");
   }
   if (!(m.cost.fixed_us >= 0 && m.cost.fixed_us <= kMaxRoundFixedUs))
     bad("round-fixed-us", m.cost.fixed_us, kMaxRoundFixedUs, "a number");
@@ -35,20 +37,25 @@ void validate_cost_model(const CostModelConfig& m) {
 
 void check_table_configuration(const CostTable& t, int heads, int page_size) {
   auto mismatch = [](const char* name, int value, const char* what, int want) {
-    throw std::invalid_argument("--" + std::string(name) + ": '" + std::to_string(value) + "' must be the cost table's " +
-                                what + ", " + std::to_string(want) + " (a table describes one configuration)");
+    throw std::invalid_argument("--" + std::string(name) + ": '" + std::to_string(value) +
+                                "' must be the cost table's " + what + ", " + std::to_string(want) +
+                                " (a table describes one configuration)");
   };
   if (heads != t.heads) mismatch("heads", heads, "heads", t.heads);
   if (page_size != t.page_size) mismatch("page-size", page_size, "page size", t.page_size);
 }
 
-int64_t costed_prefix(const CostTable& table, int64_t prefix) { return std::max(prefix, table.L.front()); }
+int64_t costed_prefix(const CostTable& table, int64_t prefix) {
+  return std::max(prefix, table.L.front());
+}
 
-int32_t pick_auto_budget(const CostModelConfig& model, const tree::DDTree& full, int64_t prefix, double calibration) {
+int32_t pick_auto_budget(const CostModelConfig& model, const tree::DDTree& full, int64_t prefix,
+                         double calibration) {
   PickOptions options;
   options.calibration = calibration;
   options.every_budget = model.every_budget;
-  return pick_budget(model.table, full, costed_prefix(model.table, prefix), model.cost, options).best.budget;
+  return pick_budget(model.table, full, costed_prefix(model.table, prefix), model.cost, options)
+      .best.budget;
 }
 
 void OnlineCalibration::add(double accepted, double predicted) {
@@ -63,7 +70,8 @@ void OnlineCalibration::add(double accepted, double predicted) {
   }
 }
 
-void CostTally::add(const CostModelConfig& model, const tree::DDTree& verified, int64_t prefix, int64_t accepted) {
+void CostTally::add(const CostModelConfig& model, const tree::DDTree& verified, int64_t prefix,
+                    int64_t accepted) {
   const int32_t budget = verified.size() - 1;
   const int64_t L = costed_prefix(model.table, prefix);
   prefix_clamped += L != prefix;

@@ -28,7 +28,8 @@ inline constexpr int kMaxCalibrationWindow = 1000000;
 struct CostModelConfig {
   CostTable table;  // validated by the caller; an empty one (no n) turns the cost model off
   RoundCost cost{kDefaultLayers, kDefaultRoundFixedUs, kDefaultRoundPerNodeUs};
-  bool every_budget = false;    // the picker considers every B in the table's range, not only its grid
+  bool every_budget =
+      false;  // the picker considers every B in the table's range, not only its grid
   // Request-rounds the online calibration looks back over; 0 (the default): calibration 1. In the
   // tool's simulations calibration costs tokens/s (docs/budget.md, "Calibration, measured").
   int calibration_window = 0;
@@ -51,7 +52,8 @@ int64_t costed_prefix(const CostTable& table, int64_t prefix);
 
 // The budget the picker chooses for one request-round: `full` is the request's tree built at the
 // largest budget considered, prefix its committed length.
-int32_t pick_auto_budget(const CostModelConfig& model, const tree::DDTree& full, int64_t prefix, double calibration);
+int32_t pick_auto_budget(const CostModelConfig& model, const tree::DDTree& full, int64_t prefix,
+                         double calibration);
 
 // The picker's calibration, measured online: (accepted + 1) / (predicted + 1) draft tokens over
 // the last `window` request-rounds, where predicted is E[tokens](B) - 1 at calibration 1 for the
@@ -77,17 +79,20 @@ class OnlineCalibration {
 // one request), and the budgets they verified.
 struct CostTally {
   int64_t request_rounds = 0, tokens = 0;
-  int64_t prefix_clamped = 0;      // request-rounds costed at the table's first L
-  double round_us = 0;             // sum of round_us(B) = fixed + per node x (1 + B) + verify
-  double verify_us = 0;            // sum of its verify part, layers x C_v(1 + B, L)
-  double predicted_tokens = 0;     // sum of E[tokens](B) at calibration 1 (the bonus included)
+  int64_t prefix_clamped = 0;          // request-rounds costed at the table's first L
+  double round_us = 0;                 // sum of round_us(B) = fixed + per node x (1 + B) + verify
+  double verify_us = 0;                // sum of its verify part, layers x C_v(1 + B, L)
+  double predicted_tokens = 0;         // sum of E[tokens](B) at calibration 1 (the bonus included)
   std::map<int32_t, int64_t> budgets;  // B verified -> request-rounds
 
   // One request-round: `verified` is the tree verified (scores in pop order), `accepted` the
   // tokens it committed (acceptance length, the bonus included).
-  void add(const CostModelConfig& model, const tree::DDTree& verified, int64_t prefix, int64_t accepted);
+  void add(const CostModelConfig& model, const tree::DDTree& verified, int64_t prefix,
+           int64_t accepted);
 
-  double tokens_per_round() const { return request_rounds ? double(tokens) / double(request_rounds) : 0.0; }
+  double tokens_per_round() const {
+    return request_rounds ? double(tokens) / double(request_rounds) : 0.0;
+  }
   double mean_round_us() const { return request_rounds ? round_us / double(request_rounds) : 0.0; }
   double tokens_per_s() const { return round_us > 0 ? double(tokens) / round_us * 1e6 : 0.0; }
   double mean_budget() const;

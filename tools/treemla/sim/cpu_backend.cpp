@@ -15,12 +15,15 @@
 namespace treemla::tool {
 
 CpuBackend::CpuBackend(const kvpool::PoolConfig& config, double piece_flops)
-    : config_(config), piece_flops_(piece_flops),
+    : config_(config),
+      piece_flops_(piece_flops),
       cache_(static_cast<size_t>(config.num_pages) * config.page_size * config.row_width, 0) {}
 
-void CpuBackend::write_rows(std::span<const kvpool::RowSlot> slots, std::span<const uint16_t> rows) {
+void CpuBackend::write_rows(std::span<const kvpool::RowSlot> slots,
+                            std::span<const uint16_t> rows) {
   const size_t w = static_cast<size_t>(config_.row_width);
-  for (size_t i = 0; i < slots.size(); ++i) std::copy(rows.begin() + i * w, rows.begin() + (i + 1) * w, row_ptr(slots[i]));
+  for (size_t i = 0; i < slots.size(); ++i)
+    std::copy(rows.begin() + i * w, rows.begin() + (i + 1) * w, row_ptr(slots[i]));
 }
 
 std::vector<uint64_t> CpuBackend::hash_rows(std::span<const kvpool::RowSlot> slots) {
@@ -29,11 +32,19 @@ std::vector<uint64_t> CpuBackend::hash_rows(std::span<const kvpool::RowSlot> slo
   return out;
 }
 
-void CpuBackend::apply_commit(const kvpool::CommitPlan& plan) { kvpool::apply_plan(config_, plan, cache_.data()); }
-void CpuBackend::apply_defrag(const kvpool::DefragPlan& plan) { kvpool::apply_plan(config_, plan, cache_.data()); }
+void CpuBackend::apply_commit(const kvpool::CommitPlan& plan) {
+  kvpool::apply_plan(config_, plan, cache_.data());
+}
+void CpuBackend::apply_defrag(const kvpool::DefragPlan& plan) {
+  kvpool::apply_plan(config_, plan, cache_.data());
+}
 
-void CpuBackend::verify(VerifyParams p, float* o, float* lse) { in_pieces(cpu::verify_split, p, o, lse); }
-void CpuBackend::verify_reference(VerifyParams p, float* o, float* lse) { in_pieces(cpu::verify_full, p, o, lse); }
+void CpuBackend::verify(VerifyParams p, float* o, float* lse) {
+  in_pieces(cpu::verify_split, p, o, lse);
+}
+void CpuBackend::verify_reference(VerifyParams p, float* o, float* lse) {
+  in_pieces(cpu::verify_full, p, o, lse);
+}
 
 // fn on p (all parts), in pieces of about piece_flops_ (see the class comment).
 void CpuBackend::in_pieces(VerifyFn fn, VerifyParams p, float* o, float* lse) {
@@ -43,7 +54,8 @@ void CpuBackend::in_pieces(VerifyFn fn, VerifyParams p, float* o, float* lse) {
   // Work of one head of request b: every node against the prefix and (at most) the tree.
   auto head_flops = [&](int b) {
     const int64_t q_len = p.q_indptr[b + 1] - p.q_indptr[b];
-    return 2.0 * double(q_len) * double(int64_t{p.prefix_lens[b]} + q_len) * (kHeadDimQK + kHeadDimV);
+    return 2.0 * double(q_len) * double(int64_t{p.prefix_lens[b]} + q_len) *
+           (kHeadDimQK + kHeadDimV);
   };
   double total = 0;
   for (int b = 0; b < p.batch; ++b) total += head_flops(b) * H;
@@ -76,14 +88,15 @@ void CpuBackend::in_pieces(VerifyFn fn, VerifyParams p, float* o, float* lse) {
       piece_lse.resize(static_cast<size_t>(q_len) * hn);
       for (int32_t i = 0; i < q_len; ++i) {
         const uint16_t* row = src + (static_cast<int64_t>(q0 + i) * H + h0) * kHeadDimQK;
-        std::copy(row, row + static_cast<int64_t>(hn) * kHeadDimQK, q.data() + static_cast<size_t>(i) * hn * kHeadDimQK);
+        std::copy(row, row + static_cast<int64_t>(hn) * kHeadDimQK,
+                  q.data() + static_cast<size_t>(i) * hn * kHeadDimQK);
       }
       s.q = q.data();
       fn(s, piece_o.data(), piece_lse.data());
       for (int32_t i = 0; i < q_len; ++i) {
         const int64_t row = static_cast<int64_t>(q0 + i) * H + h0;
-        std::copy_n(piece_o.data() + static_cast<size_t>(i) * hn * kHeadDimV, static_cast<int64_t>(hn) * kHeadDimV,
-                    o + row * kHeadDimV);
+        std::copy_n(piece_o.data() + static_cast<size_t>(i) * hn * kHeadDimV,
+                    static_cast<int64_t>(hn) * kHeadDimV, o + row * kHeadDimV);
         std::copy_n(piece_lse.data() + static_cast<size_t>(i) * hn, hn, lse + row);
       }
       done += head_flops(b) * hn;
@@ -93,7 +106,8 @@ void CpuBackend::in_pieces(VerifyFn fn, VerifyParams p, float* o, float* lse) {
 }
 
 uint16_t* CpuBackend::row_ptr(kvpool::RowSlot s) {
-  return cache_.data() + (static_cast<size_t>(s.page) * config_.page_size + s.slot) * config_.row_width;
+  return cache_.data() +
+         (static_cast<size_t>(s.page) * config_.page_size + s.slot) * config_.row_width;
 }
 
 void check_device(const std::string& device) {
@@ -102,7 +116,8 @@ void check_device(const std::string& device) {
 #ifdef TREEMLA_WITH_CUDA
     return;
 #else
-    throw std::invalid_argument("--device: 'cuda' is not available in this build; use --device cpu");
+    throw std::invalid_argument(
+        "--device: 'cuda' is not available in this build; use --device cpu");
 #endif
   }
   throw std::invalid_argument("--device: '" + device + "' must be cpu or cuda");
@@ -115,15 +130,17 @@ void require_device(const std::string& device) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n < 1) {
-    const std::string why = e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
-                                             : std::string("0 devices");
-    throw std::runtime_error("--device cuda: no CUDA device is visible (cudaGetDeviceCount: " + why +
-                             "); use --device cpu");
+    const std::string why = e != cudaSuccess
+                                ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)
+                                : std::string("0 devices");
+    throw std::runtime_error("--device cuda: no CUDA device is visible (cudaGetDeviceCount: " +
+                             why + "); use --device cpu");
   }
 #endif
 }
 
-std::unique_ptr<SimBackend> make_backend(const std::string& device, const kvpool::PoolConfig& config,
+std::unique_ptr<SimBackend> make_backend(const std::string& device,
+                                         const kvpool::PoolConfig& config,
                                          const BackendLimits& limits) {
   require_device(device);
 #ifdef TREEMLA_WITH_CUDA

@@ -16,9 +16,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "treemla/cuda/check.h"
 #include "cuda/tool_kernels.h"
 #include "sim/backend.h"
+#include "treemla/cuda/check.h"
 #include "treemla/cuda/kvpool.h"
 #include "treemla/cuda/verify.h"
 
@@ -55,7 +55,9 @@ class DeviceBuffer {
   template <class T>
   T* upload(const T* src, size_t count, cudaStream_t stream) {
     T* dst = static_cast<T*>(reserve(count * sizeof(T), stream));
-    if (count) TREEMLA_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyHostToDevice, stream));
+    if (count)
+      TREEMLA_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyHostToDevice, stream));
     return dst;
   }
   template <class T>
@@ -70,7 +72,9 @@ class DeviceBuffer {
 
 template <class T>
 void download(T* dst, const void* src, size_t count, cudaStream_t stream) {
-  if (count) TREEMLA_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  if (count)
+    TREEMLA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
 }
 
 // A pair of events on the stream; ms() waits for the second.
@@ -120,16 +124,20 @@ class CudaBackend final : public SimBackend {
  public:
   CudaBackend(const kvpool::PoolConfig& config, const BackendLimits& limits) : config_(config) {
     TREEMLA_CHECK(config.elem_size == 2 && config.row_width == kHeadDimQK,
-                  "the CUDA backend holds bf16 rows of " << kHeadDimQK << " elements (got row_width "
-                                                         << config.row_width << ", elem_size " << config.elem_size << ")");
-    const size_t bytes = static_cast<size_t>(config.num_pages) * static_cast<size_t>(config.page_bytes());
+                  "the CUDA backend holds bf16 rows of "
+                      << kHeadDimQK << " elements (got row_width " << config.row_width
+                      << ", elem_size " << config.elem_size << ")");
+    const size_t bytes =
+        static_cast<size_t>(config.num_pages) * static_cast<size_t>(config.page_bytes());
     cache_.reserve(bytes, stream());
     // Rows are hashed and checked only after they were written, but a defined start makes a
     // run reproducible even if a kernel ever read an unwritten row.
     TREEMLA_CUDA_CHECK(cudaMemsetAsync(cache_.as<void>(), 0, bytes, stream()));
     move_ws_.reserve(cuda::kMoveWorkspaceBytes, stream());
-    TREEMLA_CUDA_CHECK(cudaMemsetAsync(move_ws_.as<void>(), 0, cuda::kMoveWorkspaceBytes, stream()));
-    ensure_plan(std::max(limits.max_batch, 1), std::max<int64_t>(limits.max_total_q, 1), std::max(limits.num_heads, 1));
+    TREEMLA_CUDA_CHECK(
+        cudaMemsetAsync(move_ws_.as<void>(), 0, cuda::kMoveWorkspaceBytes, stream()));
+    ensure_plan(std::max(limits.max_batch, 1), std::max<int64_t>(limits.max_total_q, 1),
+                std::max(limits.num_heads, 1));
     TREEMLA_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
 
@@ -145,7 +153,8 @@ class CudaBackend final : public SimBackend {
     if (slots.empty()) return;
     check_slots(slots);
     verified_ = false;
-    const int32_t* d_slots = slots_.upload(reinterpret_cast<const int32_t*>(slots.data()), 2 * slots.size(), stream());
+    const int32_t* d_slots =
+        slots_.upload(reinterpret_cast<const int32_t*>(slots.data()), 2 * slots.size(), stream());
     const uint16_t* d_rows = staging_.upload(rows.data(), rows.size(), stream());
     kernels::scatter_rows(cache(), config_.page_size, config_.row_bytes(), d_slots, d_rows,
                           static_cast<int64_t>(slots.size()), stream());
@@ -159,10 +168,12 @@ class CudaBackend final : public SimBackend {
     std::vector<uint64_t> out(slots.size());
     if (slots.empty()) return out;
     check_slots(slots);
-    const int32_t* d_slots = slots_.upload(reinterpret_cast<const int32_t*>(slots.data()), 2 * slots.size(), stream());
-    auto* d_out = static_cast<uint64_t*>(hashes_.reserve(slots.size() * sizeof(uint64_t), stream()));
-    kernels::hash_rows(cache(), config_.page_size, config_.row_bytes(), d_slots, static_cast<int64_t>(slots.size()),
-                       d_out, stream());
+    const int32_t* d_slots =
+        slots_.upload(reinterpret_cast<const int32_t*>(slots.data()), 2 * slots.size(), stream());
+    auto* d_out =
+        static_cast<uint64_t*>(hashes_.reserve(slots.size() * sizeof(uint64_t), stream()));
+    kernels::hash_rows(cache(), config_.page_size, config_.row_bytes(), d_slots,
+                       static_cast<int64_t>(slots.size()), d_out, stream());
     download(out.data(), d_out, out.size(), stream());
     sync();
     return out;
@@ -182,7 +193,8 @@ class CudaBackend final : public SimBackend {
 
   // Uploads a plan's moves and waves, applies them in one launch, times it and checks status.
   template <class Params, class Move, class Apply>
-  void apply_moves(const std::vector<Move>& moves, const std::vector<int32_t>& wave_offsets, Apply apply) {
+  void apply_moves(const std::vector<Move>& moves, const std::vector<int32_t>& wave_offsets,
+                   Apply apply) {
     verified_ = false;
     last_ms_ = 0.0;
     if (moves.empty()) return;
@@ -204,12 +216,14 @@ class CudaBackend final : public SimBackend {
     VerifyParams d = upload_batch(p);
     d.part = VerifyPart::kAll;
     void* d_o = o_.reserve(static_cast<size_t>(total_q) * p.num_heads * kHeadDimV * 2, stream());
-    auto* d_lse = static_cast<float*>(lse_.reserve(static_cast<size_t>(total_q) * p.num_heads * 4, stream()));
+    auto* d_lse =
+        static_cast<float*>(lse_.reserve(static_cast<size_t>(total_q) * p.num_heads * 4, stream()));
     timer_.start(stream());
     cuda::verify_attention(d, plan_, ws_.as<void>(), d_o, d_lse, stream());
     timer_.stop(stream());
     download_outputs(total_q * p.num_heads, d_o, d_lse, o, lse);
-    cuda::check_status(plan_, ws_.as<void>(), stream());  // synchronizes; throws on a device-side check
+    cuda::check_status(plan_, ws_.as<void>(),
+                       stream());  // synchronizes; throws on a device-side check
     last_ms_ = timer_.ms();
     // device_commit reads this batch's lengths and page table where verify left them.
     verified_ = true;
@@ -234,7 +248,8 @@ class CudaBackend final : public SimBackend {
           e = 0;  // never read; any index inside the copy keeps cpu::validate content
           continue;
         }
-        TREEMLA_CHECK(e >= 0 && e < config_.num_pages, "verify_reference: page " << e << " outside the cache");
+        TREEMLA_CHECK(e >= 0 && e < config_.num_pages,
+                      "verify_reference: page " << e << " outside the cache");
         const auto [it, fresh] = compact.emplace(e, static_cast<int32_t>(pages.size()));
         if (fresh) pages.push_back(e);
         e = it->second;
@@ -244,7 +259,8 @@ class CudaBackend final : public SimBackend {
     const int32_t* d_pages = pages_.upload(pages.data(), pages.size(), stream());
     const size_t bytes = pages.size() * static_cast<size_t>(config_.page_bytes());
     void* d_copy = staging_.reserve(bytes, stream());
-    kernels::gather_pages(cache(), config_.page_bytes(), d_pages, static_cast<int64_t>(pages.size()), d_copy, stream());
+    kernels::gather_pages(cache(), config_.page_bytes(), d_pages,
+                          static_cast<int64_t>(pages.size()), d_copy, stream());
     std::vector<uint16_t> host(bytes / 2);
     download(host.data(), d_copy, host.size(), stream());
     sync();
@@ -260,12 +276,17 @@ class CudaBackend final : public SimBackend {
   VerifyTolerance tolerance() const override { return {6e-3, 2e-2, 2e-3, 2e-4}; }
 
   bool device_commit(std::span<const int32_t> parents, std::span<const int32_t> node_tokens,
-                     std::span<const int32_t> target_tokens, int max_accept, DeviceCommitResult& out) override {
-    TREEMLA_CHECK(verified_, "device_commit must follow verify() of the same batch, with nothing written in between");
-    TREEMLA_CHECK(static_cast<int64_t>(parents.size()) == total_q_ && node_tokens.size() == parents.size() &&
+                     std::span<const int32_t> target_tokens, int max_accept,
+                     DeviceCommitResult& out) override {
+    TREEMLA_CHECK(
+        verified_,
+        "device_commit must follow verify() of the same batch, with nothing written in between");
+    TREEMLA_CHECK(static_cast<int64_t>(parents.size()) == total_q_ &&
+                      node_tokens.size() == parents.size() &&
                       target_tokens.size() == parents.size(),
-                  "device_commit: " << parents.size() << " parents, " << node_tokens.size() << " node tokens, "
-                                    << target_tokens.size() << " target tokens for " << total_q_ << " tree nodes");
+                  "device_commit: " << parents.size() << " parents, " << node_tokens.size()
+                                    << " node tokens, " << target_tokens.size()
+                                    << " target tokens for " << total_q_ << " tree nodes");
     verified_ = false;
     const size_t B = static_cast<size_t>(batch_);
     const size_t acc_n = B * static_cast<size_t>(max_accept);
@@ -278,7 +299,8 @@ class CudaBackend final : public SimBackend {
     ap.target_tokens = targets_.upload(target_tokens.data(), target_tokens.size(), stream());
     // One block for the outputs: accepted [B, max_accept], then accept_len, bonus, new lengths,
     // and the two status arrays, B each.
-    auto* outs = static_cast<int32_t*>(commit_out_.reserve((acc_n + 5 * B) * sizeof(int32_t), stream()));
+    auto* outs =
+        static_cast<int32_t*>(commit_out_.reserve((acc_n + 5 * B) * sizeof(int32_t), stream()));
     ap.accepted = outs;
     ap.accept_len = outs + acc_n;
     ap.bonus_tokens = outs + acc_n + B;
@@ -306,7 +328,8 @@ class CudaBackend final : public SimBackend {
       const auto accept_status = static_cast<cuda::KvStatus>(host[acc_n + 3 * B + b]);
       const auto commit_status = static_cast<cuda::KvStatus>(host[acc_n + 4 * B + b]);
       TREEMLA_CHECK(accept_status == cuda::KvStatus::kOk && commit_status == cuda::KvStatus::kOk,
-                    "device acceptance/commit of request " << b << " of the batch failed: accept_paths says '"
+                    "device acceptance/commit of request "
+                        << b << " of the batch failed: accept_paths says '"
                         << cuda::kv_status_name(accept_status) << "', commit_accepted says '"
                         << cuda::kv_status_name(commit_status) << "'");
     }
@@ -330,32 +353,39 @@ class CudaBackend final : public SimBackend {
   // Copies each request's prefix rows into a fresh cache of `page_size` rows per page, request
   // after request (so every request is one contiguous, ascending run of pages), and times the
   // prefix pass there. The fresh cache lives only for this call.
-  bool time_prefix_pass_contiguous(VerifyParams p, int page_size, int reps, PrefixTiming& out) override {
+  bool time_prefix_pass_contiguous(VerifyParams p, int page_size, int reps,
+                                   PrefixTiming& out) override {
     VerifyParams d = upload_batch(p);  // q, lengths, mask; the source page table
     verified_ = false;
-    std::vector<int32_t> rows(static_cast<size_t>(p.batch)), base(static_cast<size_t>(p.batch) + 1, 0);
+    std::vector<int32_t> rows(static_cast<size_t>(p.batch)),
+        base(static_cast<size_t>(p.batch) + 1, 0);
     int64_t max_rows = 0, stride = 1;
     for (int b = 0; b < p.batch; ++b) {
       rows[b] = p.prefix_lens[b];
       max_rows = std::max<int64_t>(max_rows, rows[b]);
-      const int64_t need = (int64_t{p.prefix_lens[b]} + p.q_indptr[b + 1] - p.q_indptr[b] + page_size - 1) / page_size;
+      const int64_t need =
+          (int64_t{p.prefix_lens[b]} + p.q_indptr[b + 1] - p.q_indptr[b] + page_size - 1) /
+          page_size;
       stride = std::max(stride, need);
       base[b + 1] = base[b] + static_cast<int32_t>(need);
     }
     std::vector<int32_t> table(static_cast<size_t>(p.batch * stride));
     for (int b = 0; b < p.batch; ++b) {
       for (int64_t k = 0; k < stride; ++k)  // past a request's pages: its first page, never read
-        table[static_cast<size_t>(b * stride + k)] = base[b] + static_cast<int32_t>(k < base[b + 1] - base[b] ? k : 0);
+        table[static_cast<size_t>(b * stride + k)] =
+            base[b] + static_cast<int32_t>(k < base[b + 1] - base[b] ? k : 0);
     }
     const int32_t num_pages = std::max(base[p.batch], 1);
-    const size_t bytes = static_cast<size_t>(num_pages) * page_size * static_cast<size_t>(config_.row_bytes());
+    const size_t bytes =
+        static_cast<size_t>(num_pages) * page_size * static_cast<size_t>(config_.row_bytes());
     DeviceBuffer fresh, fresh_table, d_rows;
     void* fresh_cache = fresh.reserve(bytes, stream());
     TREEMLA_CUDA_CHECK(cudaMemsetAsync(fresh_cache, 0, bytes, stream()));
     const int32_t* dt = fresh_table.upload(table.data(), table.size(), stream());
-    kernels::relayout_rows(cache(), config_.page_size, d.page_table, d.page_table_stride, fresh_cache, page_size, dt,
-                           static_cast<int32_t>(stride), d_rows.upload(rows.data(), rows.size(), stream()), p.batch,
-                           max_rows, config_.row_bytes(), stream());
+    kernels::relayout_rows(cache(), config_.page_size, d.page_table, d.page_table_stride,
+                           fresh_cache, page_size, dt, static_cast<int32_t>(stride),
+                           d_rows.upload(rows.data(), rows.size(), stream()), p.batch, max_rows,
+                           config_.row_bytes(), stream());
     d.kv_cache = fresh_cache;
     d.page_size = page_size;
     d.num_pages = num_pages;
@@ -372,9 +402,10 @@ class CudaBackend final : public SimBackend {
 
   void check_slots(std::span<const kvpool::RowSlot> slots) const {
     for (const kvpool::RowSlot& s : slots) {
-      TREEMLA_CHECK(s.page >= 0 && s.page < config_.num_pages && s.slot >= 0 && s.slot < config_.page_size,
-                    "row slot (" << s.page << ", " << s.slot << ") is outside the cache (" << config_.num_pages
-                                 << " pages of " << config_.page_size << " rows)");
+      TREEMLA_CHECK(
+          s.page >= 0 && s.page < config_.num_pages && s.slot >= 0 && s.slot < config_.page_size,
+          "row slot (" << s.page << ", " << s.slot << ") is outside the cache ("
+                       << config_.num_pages << " pages of " << config_.page_size << " rows)");
     }
   }
 
@@ -386,7 +417,9 @@ class CudaBackend final : public SimBackend {
       return;
     cuda::VerifyLimits lim;
     lim.max_batch = have_plan_ ? std::max(batch, plan_.limits.max_batch) : batch;
-    lim.max_total_q = have_plan_ && heads == plan_.limits.num_heads ? std::max(total_q, plan_.limits.max_total_q) : total_q;
+    lim.max_total_q = have_plan_ && heads == plan_.limits.num_heads
+                          ? std::max(total_q, plan_.limits.max_total_q)
+                          : total_q;
     lim.num_heads = heads;
     plan_ = cuda::make_verify_plan(lim);
     have_plan_ = true;
@@ -398,14 +431,16 @@ class CudaBackend final : public SimBackend {
   VerifyParams upload_batch(const VerifyParams& p) {
     TREEMLA_CHECK(p.dtype == DType::kBF16, "the CUDA backend runs bf16");
     TREEMLA_CHECK(p.page_size == config_.page_size && p.num_pages == config_.num_pages,
-                  "verify params describe another cache (page_size " << p.page_size << ", num_pages " << p.num_pages << ")");
+                  "verify params describe another cache (page_size "
+                      << p.page_size << ", num_pages " << p.num_pages << ")");
     const int64_t total_q = p.q_indptr[p.batch];
     ensure_plan(p.batch, total_q, p.num_heads);
     VerifyParams d = p;
     const auto* q = static_cast<const uint16_t*>(p.q);
     d.q = q_.upload(q, static_cast<size_t>(total_q) * p.num_heads * kHeadDimQK, stream());
     d.kv_cache = cache();
-    d.page_table = table_.upload(p.page_table, static_cast<size_t>(p.batch) * p.page_table_stride, stream());
+    d.page_table =
+        table_.upload(p.page_table, static_cast<size_t>(p.batch) * p.page_table_stride, stream());
     d.prefix_lens = prefix_.upload(p.prefix_lens, static_cast<size_t>(p.batch), stream());
     d.q_indptr = indptr_.upload(p.q_indptr, static_cast<size_t>(p.batch) + 1, stream());
     d.tree_mask = mask_.upload(p.tree_mask, static_cast<size_t>(total_q) * p.mask_words, stream());
@@ -466,7 +501,8 @@ class CudaBackend final : public SimBackend {
 
 }  // namespace
 
-std::unique_ptr<SimBackend> make_cuda_backend(const kvpool::PoolConfig& config, const BackendLimits& limits) {
+std::unique_ptr<SimBackend> make_cuda_backend(const kvpool::PoolConfig& config,
+                                              const BackendLimits& limits) {
   return std::make_unique<CudaBackend>(config, limits);
 }
 

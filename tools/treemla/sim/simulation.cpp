@@ -58,9 +58,9 @@ struct LiveRequest {
   int64_t id = 0;
   int64_t to_generate = 0;
   int64_t generated = 0;
-  int32_t bonus = 0;             // the next tree's root token
-  std::vector<uint64_t> rows;    // hash of every committed row: what the cache must hold
-  bool gone = false;             // finished or cut short this round; removed at the round's end
+  int32_t bonus = 0;           // the next tree's root token
+  std::vector<uint64_t> rows;  // hash of every committed row: what the cache must hold
+  bool gone = false;           // finished or cut short this round; removed at the round's end
 };
 
 struct Pending {  // the next arrival, drawn once so that a deferred request keeps its lengths
@@ -69,21 +69,28 @@ struct Pending {  // the next arrival, drawn once so that a deferred request kee
   int32_t bonus = 0;
 };
 
-struct Work {  // one request's share of a round
-  size_t live = 0;               // index into the live list
-  int64_t prefix = 0;            // committed rows before the tree
-  Draft draft;                   // the drafter's top-K per depth
-  tree::DDTree tree;             // the tree verified
-  std::vector<uint64_t> tail;    // hashes of the tree rows as written
+struct Work {                  // one request's share of a round
+  size_t live = 0;             // index into the live list
+  int64_t prefix = 0;          // committed rows before the tree
+  Draft draft;                 // the drafter's top-K per depth
+  tree::DDTree tree;           // the tree verified
+  std::vector<uint64_t> tail;  // hashes of the tree rows as written
 };
 
 class Simulation {
  public:
   Simulation(const SimulationConfig& c, const SimulationHooks& hooks)
-      : cfg_(validated(c)), hooks_(hooks), control_(c.seed), data_(c.seed ^ 0x5bd1e995u), nodes_(tree_nodes(c)),
-        pool_(pool_config(c)), target_(parse_target(c.target)), calibration_(c.cost_model.calibration_window) {
+      : cfg_(validated(c)),
+        hooks_(hooks),
+        control_(c.seed),
+        data_(c.seed ^ 0x5bd1e995u),
+        nodes_(tree_nodes(c)),
+        pool_(pool_config(c)),
+        target_(parse_target(c.target)),
+        calibration_(c.cost_model.calibration_window) {
     const BackendLimits limits{c.max_requests, int64_t{c.max_requests} * nodes_, c.heads};
-    backend_ = hooks.backend ? hooks.backend(pool_.config(), limits) : make_backend(c.device, pool_.config(), limits);
+    backend_ = hooks.backend ? hooks.backend(pool_.config(), limits)
+                             : make_backend(c.device, pool_.config(), limits);
     report_.num_pages = pool_.config().num_pages;
     report_.tree_nodes = nodes_;
     report_.acceptance_histogram.assign(static_cast<size_t>(c.depth) + 2, 0);
@@ -96,10 +103,12 @@ class Simulation {
     report_.requests_live_at_end = static_cast<int64_t>(live_.size());
     report_.final_metrics = pool_.metrics();
     report_.trace = mix(trace_, static_cast<uint64_t>(report_.final_metrics.total_runs));
-    report_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report_.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // After the trace and the wall time: the report changes the pool (a full defrag) but not
     // what the run did.
-    if (cfg_.frag_report == 1 || (cfg_.frag_report == -1 && cfg_.device == "cuda")) fragmentation_report();
+    if (cfg_.frag_report == 1 || (cfg_.frag_report == -1 && cfg_.device == "cuda"))
+      fragmentation_report();
     return report_;
   }
 
@@ -134,7 +143,8 @@ class Simulation {
     }
   }
 
-  void report_progress(int64_t r, const char* activity, double round_fraction, bool line_follows = false) {
+  void report_progress(int64_t r, const char* activity, double round_fraction,
+                       bool line_follows = false) {
     if (!hooks_.progress) return;
     RunProgress p;
     p.round = r;
@@ -149,7 +159,8 @@ class Simulation {
   template <class Call>
   void with_progress(int64_t r, const char* activity, double first, double share, Call&& call) {
     if (hooks_.progress)
-      backend_->set_work_callback([=, this](double f) { report_progress(r, activity, first + share * f); });
+      backend_->set_work_callback(
+          [=, this](double f) { report_progress(r, activity, first + share * f); });
     call();
     backend_->set_work_callback(nullptr);
   }
@@ -194,10 +205,12 @@ class Simulation {
       data.resize(static_cast<size_t>(n) * w);
       for (uint16_t& x : data) x = float_to_bf16(data_.symmetric());
       slots.resize(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = pool_.locate(id, first + c0 + i);
+      for (int64_t i = 0; i < n; ++i)
+        slots[static_cast<size_t>(i)] = pool_.locate(id, first + c0 + i);
       backend_->write_rows(slots, data);
       for (int64_t i = 0; i < n; ++i)
-        hashes[static_cast<size_t>(c0 + i)] = hash_row(data.data() + static_cast<size_t>(i) * w, kHeadDimQK);
+        hashes[static_cast<size_t>(c0 + i)] =
+            hash_row(data.data() + static_cast<size_t>(i) * w, kHeadDimQK);
     }
     return hashes;
   }
@@ -220,7 +233,8 @@ class Simulation {
     for (size_t i = 0; i < live_.size(); ++i) {
       LiveRequest& q = live_[i];
       const int64_t len = pool_.num_tokens(q.id);
-      const int64_t extra = pool_.pages_for(len + nodes_) - static_cast<int64_t>(pool_.pages(q.id).size());
+      const int64_t extra =
+          pool_.pages_for(len + nodes_) - static_cast<int64_t>(pool_.pages(q.id).size());
       if (extra > pool_.num_free_pages()) {
         pool_.free(q.id);
         q.gone = true;
@@ -255,8 +269,9 @@ class Simulation {
     Batch bt;
     bt.ids = std::move(ids);
     for (size_t b = 0; b < bt.ids.size(); ++b) {
-      bt.stride = std::max({bt.stride, static_cast<int64_t>(pool_.pages(bt.ids[b]).size()),
-                            pool_.pages_for(int64_t{prefix[b]} + static_cast<int64_t>(trees[b].size()))});
+      bt.stride =
+          std::max({bt.stride, static_cast<int64_t>(pool_.pages(bt.ids[b]).size()),
+                    pool_.pages_for(int64_t{prefix[b]} + static_cast<int64_t>(trees[b].size()))});
     }
     bt.layout = tree::build_batch_layout(trees, prefix);
     bt.table.resize(bt.ids.size() * static_cast<size_t>(bt.stride));
@@ -305,8 +320,10 @@ class Simulation {
     const bool check_due = cfg_.check_every > 0 && r % cfg_.check_every == 0;
     const double verify_share = check_due ? 0.5 : 1.0;
     const auto t0 = std::chrono::steady_clock::now();
-    with_progress(r, "verify", 0.0, verify_share, [&] { backend_->verify(p, o.data(), lse.data()); });
-    report_.verify_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    with_progress(r, "verify", 0.0, verify_share,
+                  [&] { backend_->verify(p, o.data(), lse.data()); });
+    report_.verify_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++report_.verify_calls;
     const double gpu_ms = backend_->last_gpu_ms();
     if (gpu_ms >= 0) report_.gpu.verify_ms.push_back(gpu_ms);
@@ -334,18 +351,21 @@ class Simulation {
       if (cfg_.check_max_context > 0 && longest > cfg_.check_max_context) {
         ++report_.cross_checks_skipped;
       } else {
-        with_progress(r, "cross-check", verify_share, 1.0 - verify_share, [&] { cross_check(p, o, lse); });
+        with_progress(r, "cross-check", verify_share, 1.0 - verify_share,
+                      [&] { cross_check(p, o, lse); });
       }
     }
   }
 
   // Raises diff to the largest |got - ref| of o and lse; false if an element is outside the
   // backend's tolerance (NaN fails).
-  bool agrees(const std::vector<float>& o, const std::vector<float>& o_ref, const std::vector<float>& lse,
-              const std::vector<float>& lse_ref, double& diff) const {
+  bool agrees(const std::vector<float>& o, const std::vector<float>& o_ref,
+              const std::vector<float>& lse, const std::vector<float>& lse_ref,
+              double& diff) const {
     const VerifyTolerance tol = backend_->tolerance();
     bool ok = o.size() == o_ref.size() && lse.size() == lse_ref.size();
-    auto compare = [&](const std::vector<float>& got, const std::vector<float>& ref, double atol, double rtol) {
+    auto compare = [&](const std::vector<float>& got, const std::vector<float>& ref, double atol,
+                       double rtol) {
       for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
         const double d = std::fabs(got[i] - ref[i]);
         diff = std::max(diff, d);
@@ -359,10 +379,12 @@ class Simulation {
 
   // The backend's verify against the specification on the same inputs (the CPU split design
   // agrees to float rounding).
-  void cross_check(const VerifyParams& p, const std::vector<float>& o, const std::vector<float>& lse) {
+  void cross_check(const VerifyParams& p, const std::vector<float>& o,
+                   const std::vector<float>& lse) {
     std::vector<float> o_ref(o.size()), lse_ref(lse.size());
     backend_->verify_reference(p, o_ref.data(), lse_ref.data());
-    if (!agrees(o, o_ref, lse, lse_ref, report_.cross_check_max_diff)) ++report_.cross_check_failures;
+    if (!agrees(o, o_ref, lse, lse_ref, report_.cross_check_max_diff))
+      ++report_.cross_check_failures;
     ++report_.cross_checks;
   }
 
@@ -387,12 +409,14 @@ class Simulation {
       report_.device_commit = true;
       report_.gpu.commit_ms.push_back(backend_->last_gpu_ms());
     }
-    for (size_t i = 0; i < work.size(); ++i) accept_and_commit(work[i], targets[i], on_device ? &dev : nullptr, i);
+    for (size_t i = 0; i < work.size(); ++i)
+      accept_and_commit(work[i], targets[i], on_device ? &dev : nullptr, i);
   }
 
   // dev: the device's acceptance and commit of this request (index b of the batch), already
   // applied to the cache; null when the host commits.
-  void accept_and_commit(Work& w, const std::vector<int32_t>& target, const DeviceCommitResult* dev, size_t b) {
+  void accept_and_commit(Work& w, const std::vector<int32_t>& target, const DeviceCommitResult* dev,
+                         size_t b) {
     LiveRequest& q = live_[w.live];
     tree::Acceptance acc = tree::accept_path(w.tree.parents, w.tree.tokens, target);
     if (dev) {
@@ -403,23 +427,27 @@ class Simulation {
       got.nodes.assign(row, row + len);
       got.length = len;
       got.bonus_token = dev->bonus_tokens[b];
-      if (got.nodes != acc.nodes || got.bonus_token != acc.bonus_token || dev->new_seq_lens[b] != w.prefix + len)
+      if (got.nodes != acc.nodes || got.bonus_token != acc.bonus_token ||
+          dev->new_seq_lens[b] != w.prefix + len)
         ++report_.accept_mismatches;
       acc = std::move(got);
     }
     const int64_t n = acc.length;
 
     // The tree library's logical plan and the pool's physical one must describe the same commit.
-    const tree::CommitPlan logical = tree::plan_commit(w.tree.parents, acc.nodes, static_cast<int32_t>(w.prefix));
+    const tree::CommitPlan logical =
+        tree::plan_commit(w.tree.parents, acc.nodes, static_cast<int32_t>(w.prefix));
     const kvpool::CommitPlan plan = pool_.commit_accepted(q.id, w.prefix, acc.nodes);
     if (!dev) backend_->apply_commit(plan);  // the device commit already made these very moves
-    if (logical.new_len != plan.num_tokens || logical.copies.size() != plan.moves.size()) ++report_.commit_plan_mismatches;
+    if (logical.new_len != plan.num_tokens || logical.copies.size() != plan.moves.size())
+      ++report_.commit_plan_mismatches;
     report_.commit_row_moves += static_cast<int64_t>(plan.moves.size());
     report_.commit_pages_released += static_cast<int64_t>(plan.released_pages.size());
 
     // The committed rows must now hold exactly the accepted nodes' rows, in path order.
     std::vector<kvpool::RowSlot> slots(static_cast<size_t>(n));
-    for (int64_t k = 0; k < n; ++k) slots[static_cast<size_t>(k)] = pool_.locate(q.id, w.prefix + k);
+    for (int64_t k = 0; k < n; ++k)
+      slots[static_cast<size_t>(k)] = pool_.locate(q.id, w.prefix + k);
     const std::vector<uint64_t> got = backend_->hash_rows(slots);
     for (int64_t k = 0; k < n; ++k) {
       const uint64_t want = w.tail[static_cast<size_t>(acc.nodes[static_cast<size_t>(k)])];
@@ -455,7 +483,8 @@ class Simulation {
     if (cfg_.defrag_threshold <= 0.0 || rpr <= cfg_.defrag_threshold || rpr <= 1.0) return;
     kvpool::DefragPlan plan;
     try {
-      plan = cfg_.defrag_max_moves > 0 ? pool_.partial_defrag(cfg_.defrag_max_moves) : pool_.defrag();
+      plan =
+          cfg_.defrag_max_moves > 0 ? pool_.partial_defrag(cfg_.defrag_max_moves) : pool_.defrag();
     } catch (const Error&) {
       // Only a full pool may refuse (a cycle needs one free page); the pool is left unchanged.
       if (pool_.num_free_pages() > 0) throw;
@@ -469,7 +498,8 @@ class Simulation {
     backend_->apply_defrag(plan);
     if (const double ms = backend_->last_gpu_ms(); ms >= 0) {
       report_.gpu.defrag_ms.push_back(ms);
-      report_.gpu.defrag_bytes += static_cast<int64_t>(plan.moves.size()) * pool_.config().page_bytes();
+      report_.gpu.defrag_bytes +=
+          static_cast<int64_t>(plan.moves.size()) * pool_.config().page_bytes();
     }
     const kvpool::PoolMetrics after = pool_.metrics();
     DefragEvent e;
@@ -535,10 +565,12 @@ class Simulation {
       return;
     }
     f.measured = true;
-    auto record = [&](FragLayout& l, const PrefixTiming& pt, int page_size, double runs, double pages_per_run) {
+    auto record = [&](FragLayout& l, const PrefixTiming& pt, int page_size, double runs,
+                      double pages_per_run) {
       l = {true, page_size, runs, pages_per_run, pt.median_ms, pt.min_ms};
       double diff = 0;
-      if (&pt != &base && !agrees(pt.o, base.o, pt.lse, base.lse, diff)) ++report_.layout_mismatches;
+      if (&pt != &base && !agrees(pt.o, base.o, pt.lse, base.lse, diff))
+        ++report_.layout_mismatches;
       f.max_diff = std::max(f.max_diff, diff);
     };
     kvpool::PoolMetrics m = pool_.metrics();
@@ -574,12 +606,14 @@ class Simulation {
   void print_progress(int64_t r) {
     const kvpool::PoolMetrics m = pool_.metrics();
     char line[320];
-    std::snprintf(line, sizeof line,
-                  "round %4lld | live %3d | committed %7lld tok | accept %5.2f | pages used %6d free %6d | "
-                  "frag %6.2f pages/run %5.2f runs/req | defrags %lld\n",
-                  static_cast<long long>(r), static_cast<int>(live_.size()),
-                  static_cast<long long>(report_.tokens_committed), report_.mean_acceptance(), m.pages_used,
-                  m.pages_free, m.mean_run_length, runs_per_request(m), static_cast<long long>(report_.defrags.size()));
+    std::snprintf(
+        line, sizeof line,
+        "round %4lld | live %3d | committed %7lld tok | accept %5.2f | pages used %6d free %6d | "
+        "frag %6.2f pages/run %5.2f runs/req | defrags %lld\n",
+        static_cast<long long>(r), static_cast<int>(live_.size()),
+        static_cast<long long>(report_.tokens_committed), report_.mean_acceptance(), m.pages_used,
+        m.pages_free, m.mean_run_length, runs_per_request(m),
+        static_cast<long long>(report_.defrags.size()));
     *hooks_.lines << line << std::flush;
   }
 

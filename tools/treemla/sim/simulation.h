@@ -27,34 +27,38 @@ struct SimulationConfig {
   int64_t rounds = 60;
   uint32_t seed = 1;
   std::string device = "cpu";
-  int heads = 2;            // query heads of the verify attention
-  int budget = 15;          // DDTree nodes besides the root
-  int depth = 7;            // DDTree depth limit (drafter block size - 1)
-  int top_k = 4;            // drafter candidates per depth
+  int heads = 2;    // query heads of the verify attention
+  int budget = 15;  // DDTree nodes besides the root
+  int depth = 7;    // DDTree depth limit (drafter block size - 1)
+  int top_k = 4;    // drafter candidates per depth
   int page_size = 16;
-  int num_pages = 0;        // 0: default_num_pages(config)
-  int max_requests = 4;     // live requests at most
+  int num_pages = 0;     // 0: default_num_pages(config)
+  int max_requests = 4;  // live requests at most
   int prompt_min = 32, prompt_max = 256;
   int gen_min = 16, gen_max = 96;  // tokens a request generates before it finishes
   kvpool::FreePolicy policy = kvpool::FreePolicy::kAsFreed;
   // Defragment when the live requests' pages form more than this many contiguous runs per
   // request on average (1 = every request contiguous). 0 turns defragmentation off.
   double defrag_threshold = 2.0;
-  int64_t defrag_max_moves = 0;  // 0: full defrag; otherwise a partial defrag of at most this many moves
-  double accept_prob = 0.7;      // chance that the target picks one of a node's drafted children
-  int check_every = 10;          // every N rounds: split vs full attention, all live rows re-read; 0 = never
+  int64_t defrag_max_moves =
+      0;  // 0: full defrag; otherwise a partial defrag of at most this many moves
+  double accept_prob = 0.7;  // chance that the target picks one of a node's drafted children
+  int check_every =
+      10;  // every N rounds: split vs full attention, all live rows re-read; 0 = never
   // The attention cross-check runs only on rounds where every prefix is at most this many tokens
   // (0 = no limit): the double-precision reference takes minutes at 128k tokens.
   int check_max_context = 8192;
-  int progress_every = 10;       // 0 = no progress lines
-  int frag_report = -1;          // fragmentation report at the end: -1 = on for cuda, 0 = off, 1 = on
-  int frag_reps = 20;            // timed runs per layout in that report (median)
-  double draft_logit_range = 4.0;  // the drafter's top-k logits are uniform in [0, this] (synthetic.h)
+  int progress_every = 10;  // 0 = no progress lines
+  int frag_report = -1;     // fragmentation report at the end: -1 = on for cuda, 0 = off, 1 = on
+  int frag_reps = 20;       // timed runs per layout in that report (median)
+  double draft_logit_range =
+      4.0;  // the drafter's top-k logits are uniform in [0, this] (synthetic.h)
   std::string target = "children";  // the synthetic target: children or drafter (synthetic.h)
   // --budget auto: every request builds its tree at `budget` (the largest budget the picker may
   // choose) and verifies its first 1 + B nodes, B picked per request and round from cost_model.
   bool budget_auto = false;
-  // With a cost table every request-round is costed (SimulationReport::cost); budget_auto needs one.
+  // With a cost table every request-round is costed (SimulationReport::cost); budget_auto needs
+  // one.
   CostModelConfig cost_model;
 };
 
@@ -64,7 +68,8 @@ struct GpuTimes {
   std::vector<double> commit_ms;  // per round: acceptance + commit on the device
   std::vector<double> defrag_ms;  // per defrag
   double verify_flops = 0;        // of the timed verify calls
-  int64_t defrag_bytes = 0;       // page bytes copied by the timed defrags (each read once, written once)
+  int64_t defrag_bytes =
+      0;  // page bytes copied by the timed defrags (each read once, written once)
 };
 
 struct FragLayout {
@@ -83,11 +88,12 @@ struct FragmentationReport {
   int64_t prefix_rows = 0;
   double kv_bytes = 0, flops = 0;  // read and computed by one pass
   FragLayout churned;              // the pool as the run left it
-  FragLayout defragged;            // after a full defrag of that pool (not measured if it had no spare page)
-  FragLayout contiguous;           // a fresh cache of page size 64, each request contiguous
+  FragLayout defragged;   // after a full defrag of that pool (not measured if it had no spare page)
+  FragLayout contiguous;  // a fresh cache of page size 64, each request contiguous
   int64_t final_defrag_moves = 0, final_defrag_bytes = 0;
   double final_defrag_ms = 0;
-  double max_diff = 0;  // largest |o| or |lse| difference of the other layouts against the churned one
+  double max_diff =
+      0;  // largest |o| or |lse| difference of the other layouts against the churned one
 };
 
 struct DefragEvent {
@@ -102,7 +108,8 @@ struct SimulationReport {
   int64_t rounds = 0;
   int32_t num_pages = 0;
   int32_t tree_nodes = 0;  // 1 + budget, or the full tree when fewer paths exist
-  int64_t requests_admitted = 0, requests_finished = 0, requests_cut_short = 0, requests_live_at_end = 0;
+  int64_t requests_admitted = 0, requests_finished = 0, requests_cut_short = 0,
+          requests_live_at_end = 0;
   int64_t admission_deferrals = 0;  // rounds in which the next request waited for free pages
   int64_t request_rounds = 0;       // (request, round) pairs verified and committed
   int64_t tokens_committed = 0;
@@ -120,8 +127,9 @@ struct SimulationReport {
   int64_t rows_checked = 0, row_mismatches = 0;
   int64_t commit_row_moves = 0, commit_pages_released = 0, commit_plan_mismatches = 0;
   std::vector<DefragEvent> defrags;
-  int64_t defrags_skipped = 0;         // a full pool whose plan needed a scratch page
-  int64_t defrags_without_moves = 0;   // partial defrags that found nothing within --defrag-max-moves
+  int64_t defrags_skipped = 0;  // a full pool whose plan needed a scratch page
+  int64_t defrags_without_moves =
+      0;  // partial defrags that found nothing within --defrag-max-moves
   int64_t pages_relocated = 0, defrag_moves = 0;
   int32_t peak_pages_used = 0;
   kvpool::PoolMetrics final_metrics;
@@ -129,13 +137,15 @@ struct SimulationReport {
   double wall_seconds = 0;
   GpuTimes gpu;
   FragmentationReport frag;
-  CostTally cost;           // with a cost model: every request-round costed alone, the budgets used
-  double calibration = 1;   // with --budget auto: the picker's online calibration at the end
+  CostTally cost;          // with a cost model: every request-round costed alone, the budgets used
+  double calibration = 1;  // with --budget auto: the picker's online calibration at the end
 
-  double mean_acceptance() const { return request_rounds ? double(tokens_committed) / request_rounds : 0.0; }
+  double mean_acceptance() const {
+    return request_rounds ? double(tokens_committed) / request_rounds : 0.0;
+  }
   bool checks_passed() const {
-    return row_mismatches == 0 && nonfinite_outputs == 0 && cross_check_failures == 0 && commit_plan_mismatches == 0 &&
-           accept_mismatches == 0 && layout_mismatches == 0;
+    return row_mismatches == 0 && nonfinite_outputs == 0 && cross_check_failures == 0 &&
+           commit_plan_mismatches == 0 && accept_mismatches == 0 && layout_mismatches == 0;
   }
 };
 
@@ -171,7 +181,9 @@ inline double runs_per_request(const kvpool::PoolMetrics& m) {
 // Rows of one request's tree: 1 + budget, unless the budget exceeds all K + K^2 + .. + K^D paths.
 int32_t tree_nodes(const SimulationConfig& c);
 
-inline int64_t pages_for_rows(int64_t rows, int page_size) { return (rows + page_size - 1) / page_size; }
+inline int64_t pages_for_rows(int64_t rows, int page_size) {
+  return (rows + page_size - 1) / page_size;
+}
 
 // Room for every live request at its largest (prompt_max + gen_max + one tree), plus one free page
 // so that a defrag can always break a cycle.
@@ -186,7 +198,7 @@ struct RunProgress {
   int64_t round = 0, rounds = 0;  // the round under way (1-based) and the rounds of the run
   double round_fraction = 0;      // of that round's attention work (verify, due cross-checks) done
   const char* activity = "";      // what the round is doing: "drafting", "verify", "cross-check"
-  bool line_follows = false;      // a progress line is about to be written to SimulationHooks::lines
+  bool line_follows = false;  // a progress line is about to be written to SimulationHooks::lines
 };
 
 struct SimulationHooks {

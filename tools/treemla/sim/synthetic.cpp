@@ -11,7 +11,8 @@ namespace treemla::tool {
 int32_t ddtree_nodes(int depth, int top_k, int budget) {
   int64_t paths = 0, level = 1;
   for (int d = 1; d <= depth && paths < budget; ++d) {
-    level = std::min<int64_t>(level * top_k, int64_t{budget} + 1);  // only "reaches the budget" matters
+    level =
+        std::min<int64_t>(level * top_k, int64_t{budget} + 1);  // only "reaches the budget" matters
     paths += level;
   }
   return static_cast<int32_t>(1 + std::min<int64_t>(paths, budget));
@@ -51,7 +52,8 @@ const char* target_name(Target t) { return t == Target::kChildren ? "children" :
 
 namespace {
 
-std::vector<int32_t> children_target(Rng& rng, const Draft& draft, const tree::DDTree& t, double accept_prob) {
+std::vector<int32_t> children_target(Rng& rng, const Draft& draft, const tree::DDTree& t,
+                                     double accept_prob) {
   const int n = t.size();
   std::vector<std::vector<int32_t>> children(static_cast<size_t>(n));
   for (int i = 1; i < n; ++i) children[static_cast<size_t>(t.parents[i])].push_back(i);
@@ -76,7 +78,8 @@ std::vector<int32_t> children_target(Rng& rng, const Draft& draft, const tree::D
       int32_t tok;
       do {
         tok = static_cast<int32_t>(rng.uniform_int(0, kVocab - 1));
-      } while (std::any_of(ch.begin(), ch.end(), [&](int32_t c) { return t.tokens[static_cast<size_t>(c)] == tok; }));
+      } while (std::any_of(ch.begin(), ch.end(),
+                           [&](int32_t c) { return t.tokens[static_cast<size_t>(c)] == tok; }));
       target[static_cast<size_t>(u)] = tok;
     }
   }
@@ -109,15 +112,17 @@ std::vector<int32_t> drafter_target(Rng& rng, const Draft& draft, const tree::DD
     after[static_cast<size_t>(d)] = tok;
   }
   std::vector<int32_t> target(static_cast<size_t>(t.size()));
-  for (int u = 0; u < t.size(); ++u) target[static_cast<size_t>(u)] = after[static_cast<size_t>(t.depths[u])];
+  for (int u = 0; u < t.size(); ++u)
+    target[static_cast<size_t>(u)] = after[static_cast<size_t>(t.depths[u])];
   return target;
 }
 
 }  // namespace
 
-std::vector<int32_t> draw_target(Rng& rng, Target kind, const Draft& draft, const tree::DDTree& tree,
-                                 double accept_prob) {
-  return kind == Target::kChildren ? children_target(rng, draft, tree, accept_prob) : drafter_target(rng, draft, tree);
+std::vector<int32_t> draw_target(Rng& rng, Target kind, const Draft& draft,
+                                 const tree::DDTree& tree, double accept_prob) {
+  return kind == Target::kChildren ? children_target(rng, draft, tree, accept_prob)
+                                   : drafter_target(rng, draft, tree);
 }
 
 }  // namespace treemla::tool

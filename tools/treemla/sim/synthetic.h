@@ -61,12 +61,13 @@ Draft draw_draft(Rng& rng, int depth, int top_k, double logit_range);
 int32_t ddtree_nodes(int depth, int top_k, int budget);
 
 enum class Target { kChildren, kDrafter };
-Target parse_target(const std::string& name);  // "children" or "drafter"; throws std::invalid_argument
+Target parse_target(
+    const std::string& name);  // "children" or "drafter"; throws std::invalid_argument
 const char* target_name(Target t);
 
 // The target's token at every node of `tree` (drawn from `draft`): tree::accept_path's
 // target_tokens. accept_prob is used by Target::kChildren only.
-std::vector<int32_t> draw_target(Rng& rng, Target kind, const Draft& draft, const tree::DDTree& tree,
-                                 double accept_prob);
+std::vector<int32_t> draw_target(Rng& rng, Target kind, const Draft& draft,
+                                 const tree::DDTree& tree, double accept_prob);
 
 }  // namespace treemla::tool
