@@ -65,18 +65,6 @@ namespace treemla::cuda::cluster {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// The k-th set bit (k >= 0) of a 64-bit mask.
-__device__ __forceinline__ int nth_set_bit(uint64_t m, int k) {
-  for (int i = 0; i < k; ++i) m &= m - 1;
-  return __ffsll(static_cast<long long>(m)) - 1;
-}
-
 // One work item as every warp of both CTAs sees it. Per sub-split values are kept as scalar
 // pairs and read through sub() with a select, never an array indexed at run time (which would
 // put the item in local memory).

@@ -40,18 +40,6 @@
 
 namespace treemla::cuda::cpasync {
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// The k-th set bit (k >= 0) of a 64-bit mask.
-__device__ __forceinline__ int nth_set_bit(uint64_t m, int k) {
-  for (int i = 0; i < k; ++i) m &= m - 1;
-  return __ffsll(static_cast<long long>(m)) - 1;
-}
-
 // Where KV block `it` of an item starts and ends, in logical rows of the request.
 struct BlockDesc {
   int t0;     // first logical row
