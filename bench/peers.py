@@ -13,8 +13,9 @@ enough copies of the cache that one rotation touches more than 3x the L2; one CU
 back-to-back calls over the copies; the median of `--reps` replays divided by the calls per
 replay is the time of one call.
 
-Output: a JSON list of {impl, batch, heads, q_len, prefix, page_size, us} (plus the GPU, date
-and commit in a header object when --json-header is set), and a table on stdout. A peer that is
+Output: a JSON list of {impl, batch, heads, q_len, prefix, page_size, us} (the GPU, date and
+commit go to a .meta.json beside it), with treemla's own rows from --bench-json when given, and a
+table on stdout. A peer that is
 not installed is reported as skipped, not as a failure.
 
 Usage: bench/peers.py --json bench/results/<date>_<gpu>_<commit>_peers.json --commit <sha>
@@ -207,6 +208,22 @@ def time_sglang(torch, extend_fwd, case, reps):
     return graph_time_us(torch, calls, max(3, reps // 4))
 
 
+def treemla_rows(path, cases):
+    """treemla's own rows at the given shapes from a `treemla bench --json` file of the same run,
+    in the peers' format (the same timing method: graph replay of back-to-back calls)."""
+    with open(path) as f:
+        doc = json.load(f)
+    want = set(cases)
+    out = []
+    for r in doc.get("results", []):
+        key = (r["batch"], r["heads"], r["q_len"], r["prefix"], r["page_size"])
+        if key in want:
+            out.append({"impl": f"treemla {r['family']}/{r['tile']}", "batch": r["batch"],
+                        "heads": r["heads"], "q_len": r["q_len"], "prefix": r["prefix"],
+                        "page_size": r["page_size"], "us": r["us"]})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default=None, help="semicolon-separated batch:heads:q_len:prefix:page_size")
@@ -217,6 +234,9 @@ def main():
                     help="'default' (three shapes: each call takes 15-40 ms), 'all', or a --cases list")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default="", help="write the results here")
+    ap.add_argument("--bench-json", default="",
+                    help="treemla bench --json of the same run: its rows at these shapes join the "
+                         "output as impl 'treemla <family>/<tile>', for one side-by-side file")
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()
     if args.reps < 3:
@@ -278,6 +298,8 @@ def main():
             results.append({"impl": impl, "batch": b, "heads": h, "q_len": q, "prefix": l,
                             "page_size": 1 if impl == "sglang" else ps, "us": us})
             print(f"{impl:8s} {b:5d} {h:4d} {q:5d} {l:7d} {results[-1]['page_size']:5d} | {us:10.1f}", flush=True)
+    if args.bench_json:
+        results += treemla_rows(args.bench_json, cases)
     for s in skipped:
         print(f"peers: skipped {s}")
     if args.json:

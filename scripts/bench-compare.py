@@ -11,13 +11,15 @@ import argparse
 import json
 import sys
 
-KEY = ("tile", "batch", "heads", "q_len", "prefix", "page_size")
+KEY = ("family", "tile", "batch", "heads", "q_len", "prefix", "page_size")
 
 
 def load(path):
     with open(path) as f:
         doc = json.load(f)
-    cases = {tuple(r[k] for k in KEY): r for r in doc.get("results", [])}
+    # Files from before the kernel families have no "family": their kernel is today's cpasync.
+    rows = doc.get("results", []) + doc.get("empty_calls", [])
+    cases = {tuple(r.get(k, "cpasync") if k == "family" else r[k] for k in KEY): r for r in rows}
     return doc, cases
 
 
@@ -39,8 +41,8 @@ def main():
               f"HBM read {doc.get('hbm_read_gbps', 0):.0f} GB/s, "
               f"mma.sync {doc.get('mma_sync_bf16_tflops', 0):.1f} TFLOP/s")
     print()
-    print("| tile | B | H | q | L | page | baseline us | candidate us | change |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| family | tile | B | H | q | L | page | baseline us | candidate us | change |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     changes = []
     for k in shared:
         a, b = base[k]["us"], cand[k]["us"]
