@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "cli.h"
 #include "commands.h"
@@ -193,22 +194,23 @@ void write_json(std::ostream& os, const Header& h, const std::vector<Row>& rows)
   // "results", whose readers take every q_len = 1 row for a decode (bandwidth) case.
   json results = json::array(), empty_calls = json::array();
   for (const Row& r : rows) {
-    (r.shape.prefix == 0 ? empty_calls : results).push_back({{"family", r.family},
-                       {"tile", r.tile},
-                       {"batch", r.shape.batch},
-                       {"heads", r.shape.heads},
-                       {"q_len", r.shape.q_len},
-                       {"prefix", r.shape.prefix},
-                       {"page_size", r.shape.page_size},
-                       {"us", r.us},
-                       {"us_prefix_only", r.us_prefix},
-                       {"us_tail_only", r.us_tail},
-                       {"tflops", r.tflops},
-                       {"kv_gbps", r.kv_gbps},
-                       {"frac_mma_peak", r.frac_mma},
-                       {"frac_hbm", r.frac_hbm},
-                       {"paged_read_gbps", r.paged_read_gbps},
-                       {"paged_read_one_cta_per_sm_gbps", r.paged_read_1cta_gbps}});
+    json row = {{"family", r.family},
+                {"tile", r.tile},
+                {"batch", r.shape.batch},
+                {"heads", r.shape.heads},
+                {"q_len", r.shape.q_len},
+                {"prefix", r.shape.prefix},
+                {"page_size", r.shape.page_size},
+                {"us", r.us},
+                {"us_prefix_only", r.us_prefix},
+                {"us_tail_only", r.us_tail},
+                {"tflops", r.tflops},
+                {"kv_gbps", r.kv_gbps},
+                {"frac_mma_peak", r.frac_mma},
+                {"frac_hbm", r.frac_hbm},
+                {"paged_read_gbps", r.paged_read_gbps},
+                {"paged_read_one_cta_per_sm_gbps", r.paged_read_1cta_gbps}};
+    (r.shape.prefix == 0 ? empty_calls : results).push_back(std::move(row));
   }
   const json doc = {{"gpu", h.device.name},
                     {"sm", h.device.sm},
