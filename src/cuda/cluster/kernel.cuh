@@ -1,4 +1,4 @@
-// The cluster verify family: mma.sync m16n8k16 + bulk copies + mbarriers + a 2-CTA cluster,
+// The cluster verify family: mma.sync m16n8k16 + a cp.async / mbarrier pipeline + a 2-CTA cluster,
 // for sm_90 and newer (sm_120 included). Budget and measurements: docs/verify-kernel.md.
 //
 // Grid: a persistent grid of CTA pairs (clusters of 2). Pair p takes work items p, p + P, ...

@@ -1,7 +1,12 @@
-// Asynchronous-copy, mbarrier and cluster primitives of sm_90 and newer (sm_120 included):
-// bulk copies global -> shared completing on an mbarrier's transaction count, mbarrier waits
-// and arrivals (local and on a peer CTA of the cluster), st.async stores into a peer CTA's shared
-// memory, and cluster barriers. Only kernels guarded for __CUDA_ARCH__ >= 900 call these.
+// mbarrier and cluster primitives of sm_90 and newer (sm_120 included): mbarrier waits and
+// arrivals (local, counted cp.async completions, and on a peer CTA of the cluster), st.async
+// stores into a peer CTA's shared memory, cluster barriers, and setmaxnreg. Only kernels guarded
+// for __CUDA_ARCH__ >= 900 call these.
+//
+// Two things measured on the H200 and sm_120a builds shape what is here (docs/verify-kernel.md):
+// waits and arrivals are CTA-scoped or relaxed (cluster-scoped acquire / release compile to an
+// L1 invalidation and a GPU-scope fence), and KV blocks are loaded with cp.async rather than
+// cp.async.bulk (one bulk copy per 576-byte row half cost ~40 ns each).
 #pragma once
 
 #include <cstdint>
@@ -64,16 +69,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-__device__ __forceinline__ bool mbar_try_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
 __device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
   uint32_t ok;
   asm volatile(
@@ -84,46 +79,23 @@ __device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-__device__ __forceinline__ bool mbar_test_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
 // Spin on test_wait (no suspension) until the phase with the given parity has completed.
-template <bool kCluster = false>
 __device__ __forceinline__ void mbar_spin(uint32_t bar, uint32_t parity) {
-  while (!(kCluster ? mbar_test_wait_cluster(bar, parity) : mbar_test_wait(bar, parity))) {
+  while (!mbar_test_wait(bar, parity)) {
   }
 }
 
 // Wait until the phase with the given parity has completed. With TREEMLA_WAIT_LIMIT defined (a
 // debugging build), a wait that spins that many times traps instead of hanging.
-template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #ifdef TREEMLA_WAIT_LIMIT
   long long n = 0;
 #endif
-  while (!(kCluster ? mbar_try_wait_cluster(bar, parity) : mbar_try_wait(bar, parity))) {
+  while (!mbar_try_wait(bar, parity)) {
 #ifdef TREEMLA_WAIT_LIMIT
     if (++n > TREEMLA_WAIT_LIMIT) __trap();
 #endif
   }
-}
-
-// Bulk copy of `bytes` (a multiple of 16, 16-byte aligned) from global memory into this CTA's
-// shared memory; completion is counted on `bar`'s transaction count.
-__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
-                                              uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
 }
 
 // The barrier counts one arrival of the executing thread once all its earlier cp.async copies
