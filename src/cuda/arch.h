@@ -12,12 +12,15 @@ constexpr int kSmemSm80 = 166912;  // 163 KB: sm_80 (A100)
 constexpr int kSmem99K = 101376;   // 99 KB: sm_86, sm_89, sm_120 (RTX PRO 6000 Blackwell)
 constexpr int kSmemSm90 = 232448;  // 227 KB: sm_90 (H100/H200), sm_100 (B200)
 
-// Host-side feature facts by compute capability (major * 10 + minor).
+// Host-side feature facts by compute capability (major * 10 + minor). The families' dispatch
+// entries name the oldest architecture they need with these (KernelEntry::min_cc).
 // mma.sync m16n8k16 bf16/fp16 and cp.async: every supported architecture (sm_80 and newer).
-constexpr bool arch_has_mma_sync(int cc) { return cc >= 80; }
+constexpr int kMinCcMmaSync = 80;
+constexpr bool arch_has_mma_sync(int cc) { return cc >= kMinCcMmaSync; }
 // Thread-block clusters, distributed shared memory, mbarrier transaction counts, bulk copies
 // (cp.async.bulk) and st.async: sm_90 and newer (sm_120 included).
-constexpr bool arch_has_clusters(int cc) { return cc >= 90; }
+constexpr int kMinCcClusters = 90;
+constexpr bool arch_has_clusters(int cc) { return cc >= kMinCcClusters; }
 // Opt-in shared memory per block for a compute capability (the device reports the same value).
 constexpr int arch_smem_optin(int cc) {
   return (cc == 86 || cc == 89 || cc >= 120) ? kSmem99K : cc >= 90 ? kSmemSm90 : kSmemSm80;
@@ -32,10 +35,8 @@ constexpr int kArchSmem = kSmemSm90;
 #else
 constexpr int kArchSmem = kSmemSm80;
 #endif
-#define TREEMLA_ARCH_HAS_CLUSTERS (__CUDA_ARCH__ >= 900)
 #else
 constexpr int kArchSmem = 0;
-#define TREEMLA_ARCH_HAS_CLUSTERS 0
 #endif
 
 // True where a configuration using `smem_bytes` per block is compiled to real code for the

@@ -748,7 +748,7 @@ KernelEntry make_cluster_entry() {
           Tr::kSmemBytes,
           Tr::kClusterSize,
           32,
-          90};
+          kMinCcClusters};
 }
 
 }  // namespace treemla::cuda

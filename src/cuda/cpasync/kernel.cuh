@@ -552,7 +552,7 @@ KernelEntry make_cpasync_entry() {
           Tr::kSmemBytes,
           1,
           0,
-          80};
+          kMinCcMmaSync};
 }
 
 }  // namespace treemla::cuda
