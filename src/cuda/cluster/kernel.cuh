@@ -34,9 +34,13 @@
 // Synchronization per block: stage full/empty mbarriers (producer <-> computing warps), X
 // (64-thread named barrier), Y (per-warp mbarrier pairs across the cluster: yfull counts the
 // peer's 1024 bytes, yempty says the peer has read its slot), the key-half max swap (64-thread
-// named barrier) and the row group's P barrier (128 threads). X, Y, P and the max/alpha slots
+// named barrier) and the row group's P barrier (128 threads). P and the max/alpha slots
 // alternate between two buffers: a warp writes slot i % 2 again only after a barrier that every
-// reader of the previous contents passes after reading it.
+// reader of the previous contents passes after reading it. X and Y have one slot per warp: X is
+// written again only after the row-group barrier (or, in a work item's first iteration, an extra
+// pair barrier) that its reader passed after reading it, and Y only after the peer's yempty.
+// Blocks are software-pipelined: iteration i computes block i + 1's partial scores while block
+// i's sum travels from the peer, so the compute warps hold two stages at a time.
 //
 // Output: as the cpasync family: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE per split,
