@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "treemla/attention.h"
+#include "treemla/budget.h"
 
 namespace treemla::tool {
 
@@ -224,6 +225,16 @@ void write_json(std::ostream& os, const Header& h, const std::vector<Row>& rows)
                     {"results", results},
                     {"empty_calls", empty_calls}};
   os << doc.dump(2) << "\n";
+}
+
+std::vector<int> cost_table_sizes() {
+  std::vector<int> n;
+  for (int32_t b : kCostTableBudgets) n.push_back(b + 1);
+  return n;
+}
+
+std::vector<int64_t> cost_table_prefix_lens() {
+  return {kCostTablePrefixLens.begin(), kCostTablePrefixLens.end()};
 }
 
 void write_cost_table(std::ostream& os, const Header& h, int heads, int page_size,

@@ -80,6 +80,10 @@ struct CostPoint {
   int64_t L = 0;  // prefix length
   double us = 0;  // verify time per layer (prefix + tail + merge), microseconds
 };
+// The cost table's grid, from include/treemla/budget.h (which needs C++20, unlike this header's
+// CUDA users): tree sizes 1 + B for kCostTableBudgets, and kCostTablePrefixLens.
+std::vector<int> cost_table_sizes();
+std::vector<int64_t> cost_table_prefix_lens();
 // The cost table JSON (docs/budget.md): gpu, date, commit, heads, page_size, n, L, us[n][L].
 void write_cost_table(std::ostream& os, const Header& h, int heads, int page_size,
                       const std::string& family, const std::string& tile, const std::vector<int>& n,

@@ -272,8 +272,8 @@ bench::Row to_row(const Result& r) {
 // The cost table of docs/budget.md: verify time per layer (one request, H heads, 1 + B tree
 // nodes, prefix L, the plan's default family and tile) on the grid of include/treemla/budget.h.
 int cost_table(const bench::Options& opt, const bench::Header& header, size_t l2_bytes) {
-  const std::vector<int> n{1, 16, 32, 64, 128, 256, 512, 1024};
-  const std::vector<int64_t> L{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+  const std::vector<int> n = bench::cost_table_sizes();
+  const std::vector<int64_t> L = bench::cost_table_prefix_lens();
   std::ofstream f(opt.cost_table);
   if (!f)
     throw std::invalid_argument("--cost-table: '" + opt.cost_table +
