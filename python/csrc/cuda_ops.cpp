@@ -39,8 +39,9 @@ cuda::TileConfig to_tile(int64_t config) {
 }
 cuda::KernelFamily to_family(int64_t config) {
   const int64_t family = config >> 4;
-  TREEMLA_CHECK_VALUE(family >= 0 && family <= 2,
-                      "family must be 0 (auto), 1 (cpasync) or 2 (cluster), got ", family);
+  TREEMLA_CHECK_VALUE(family >= 0 && family <= 3,
+                      "family must be 0 (auto), 1 (cpasync), 2 (cluster) or 3 (sm90a), got ",
+                      family);
   return static_cast<cuda::KernelFamily>(family);
 }
 

@@ -59,7 +59,7 @@ def test_verify_cuda_parts_merge():
 
 
 @needs_kernels
-@pytest.mark.parametrize("family", ["cpasync", "cluster"])
+@pytest.mark.parametrize("family", ["cpasync", "cluster", "sm90a"])
 @pytest.mark.parametrize("tile", ["smem99k", "smem-large"])
 def test_verify_cuda_each_tile_configuration(tile, family):
     # smem99k is the configuration sm_120 runs (99 KB per block); it runs on every GPU.
@@ -69,6 +69,13 @@ def test_verify_cuda_each_tile_configuration(tile, family):
         pytest.skip(f"this GPU allows {optin} B of shared memory per block: smem99k only")
     if family == "cluster" and props.major < 9:
         pytest.skip(f"the cluster family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
+    if family == "sm90a":
+        if (props.major, props.minor) != (9, 0):
+            pytest.skip(f"the sm90a family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
+        if tile == "smem99k":
+            with pytest.raises(RuntimeError, match="only the smem-large"):
+                treemla.plan_verify(4, 300, 16, device="cuda", tile=tile, family=family)
+            return
     case = make_case(23, [0, 4097, 100, 33], [65, 1, 130, 16], heads=16, page_size=32,
                      dtype=torch.bfloat16)
     plan = treemla.plan_verify(4, int(case.q_indptr[-1]), 16, device="cuda", tile=tile,

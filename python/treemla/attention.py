@@ -23,9 +23,10 @@ _PARTS = {"all": 0, "prefix": 1, "tail": 2}
 # Tile configurations by the names the C++ library, `treemla bench` and VerifyPlan.tile use;
 # "smem_large" is accepted as an alias of "smem-large".
 _TILES = {"auto": 0, "smem99k": 1, "smem-large": 2, "smem_large": 2}
-# Kernel families (docs/verify-kernel.md): "cpasync" (sm_80 and newer, what "auto" picks) and
-# "cluster" (sm_90 and newer). The operators carry tile + 16 * family as one integer.
-_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2}
+# Kernel families (docs/verify-kernel.md): "cpasync" (sm_80 and newer), "cluster" (sm_90 and
+# newer) and "sm90a" (sm_90 with sm_90a code in the build). The operators carry tile + 16 * family
+# as one integer.
+_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2, "sm90a": 3}
 
 
 def with_cuda() -> bool:
@@ -57,7 +58,7 @@ class VerifyPlan:
     compute_capability: int
     num_ctas: int
     workspace_bytes: int
-    family: str = "cpasync"  # resolved kernel family: "cpasync" or "cluster"
+    family: str = "cpasync"  # resolved kernel family: "cpasync", "cluster" or "sm90a"
 
     def new_workspace(self) -> torch.Tensor:
         """A zeroed uint8 workspace of workspace_bytes on the plan's device."""
@@ -86,7 +87,8 @@ def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
     plans are cached, so calling it again with the same arguments is cheap. ``tile`` forces a
     shared-memory configuration ("smem99k", the sm_120 one, runs everywhere; "smem-large" needs more
     than 99 KB per block); "auto" picks the largest the device allows. ``family`` forces a kernel
-    family ("cpasync", or "cluster" on sm_90 and newer); "auto" is "cpasync". ``plan.tile`` and
+    family ("cpasync"; "cluster" on sm_90 and newer; "sm90a" on sm_90, "smem-large" only); "auto" is
+    "sm90a" on sm_90 when the build has sm_90a code, else "cpasync". ``plan.tile`` and
     ``plan.family`` name the choice.
     """
     if not isinstance(tile, str) or tile not in _TILES:

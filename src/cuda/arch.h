@@ -21,6 +21,9 @@ constexpr bool arch_has_mma_sync(int cc) { return cc >= kMinCcMmaSync; }
 // (cp.async.bulk) and st.async: sm_90 and newer (sm_120 included).
 constexpr int kMinCcClusters = 90;
 constexpr bool arch_has_clusters(int cc) { return cc >= kMinCcClusters; }
+// wgmma: sm_90 only, and only in code compiled for the architecture-specific target sm_90a.
+constexpr int kMinCcWgmma = 90;
+constexpr int kMaxCcWgmma = 90;
 // Opt-in shared memory per block for a compute capability (the device reports the same value).
 constexpr int arch_smem_optin(int cc) {
   return (cc == 86 || cc == 89 || cc >= 120) ? kSmem99K : cc >= 90 ? kSmemSm90 : kSmemSm80;

@@ -5,6 +5,7 @@
 #include "cuda/cluster/traits.h"
 #include "cuda/cpasync/traits.h"
 #include "cuda/dispatch.h"
+#include "cuda/sm90a/traits.h"
 #include "treemla/error.h"
 
 namespace treemla::cuda {
@@ -19,6 +20,12 @@ KernelEntry entry_for(KernelFamily family, TileConfig tile) {
       return large ? cpasync_entry<CpAsyncTraitsLarge<T>>() : cpasync_entry<CpAsyncTraits99K<T>>();
     case KernelFamily::kCluster:
       return large ? cluster_entry<ClusterTraitsLarge<T>>() : cluster_entry<ClusterTraits99K<T>>();
+    case KernelFamily::kSm90a:
+      TREEMLA_CHECK(large,
+                    "kernel family sm90a has only the smem-large tile configuration (its "
+                    "Q and two 64-key KV blocks need "
+                        << Sm90aTraits<T>::kSmemBytes << " B of shared memory)");
+      return sm90a_entry<Sm90aTraits<T>>();
     default:
       TREEMLA_FAIL("kernel family " << static_cast<int>(family) << " is not resolved");
   }

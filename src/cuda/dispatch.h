@@ -16,6 +16,7 @@ struct KernelEntry {
   int cluster = 1;           // CTAs per cluster (1: plain launch)
   int pair_rows = 0;         // the schedule runs row tiles of at most this many rows as split pairs
   int min_cc = 80;           // oldest compute capability the family is written for
+  int max_cc = 1 << 20;      // newest (kSm90a: 90, wgmma exists on sm_90a alone)
 };
 
 // Defined by the families' instantiation files, one per traits type (which carries the element
@@ -24,6 +25,8 @@ template <class Tr>
 KernelEntry cpasync_entry();
 template <class Tr>
 KernelEntry cluster_entry();
+template <class Tr>
+KernelEntry sm90a_entry();
 
 // The entry for a resolved family and tile; throws treemla::Error naming the combination when
 // the table has none (never for the combinations the public enums allow).

@@ -77,6 +77,8 @@ const char* kernel_family_name(KernelFamily f) {
       return "cpasync";
     case KernelFamily::kCluster:
       return "cluster";
+    case KernelFamily::kSm90a:
+      return "sm90a";
   }
   return "unknown";
 }
@@ -95,6 +97,11 @@ const char* tile_config_name(TileConfig c) {
 
 std::string compiled_architectures() { return TREEMLA_CUDA_ARCHS; }
 
+bool build_has_sm90a() {
+  const std::string archs = std::string(" ") + TREEMLA_CUDA_ARCHS + " ";
+  return archs.find(" 90a") != std::string::npos;
+}
+
 VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile,
                             KernelFamily family) {
   TREEMLA_CHECK(limits.max_batch >= 1 && limits.max_batch <= (1 << 20),
@@ -107,7 +114,7 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
       "limits.max_total_q = " << limits.max_total_q
                               << " must be >= 1 and max_total_q * num_heads < 2^31");
   TREEMLA_CHECK(family == KernelFamily::kAuto || family == KernelFamily::kCpAsync ||
-                    family == KernelFamily::kCluster,
+                    family == KernelFamily::kCluster || family == KernelFamily::kSm90a,
                 "family = " << static_cast<int>(family) << " is not a KernelFamily");
   TREEMLA_CHECK(
       tile == TileConfig::kAuto || tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
@@ -137,19 +144,29 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   };
   auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
     if (tile != TileConfig::kAuto) return tile;
+    if (f == KernelFamily::kSm90a) return TileConfig::kSmemLarge;  // its only configuration
     return fits(f, TileConfig::kSmemLarge) ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
   };
-  // kAuto is the cpasync family everywhere: measured side by side on the H200 (2026-11-30,
-  // bench/results/2026-11-30_h200_e01b288_bench.txt) the cluster family is slower at every
-  // shape but the empty call; it stays selectable (docs/verify-kernel.md says why and what next).
-  if (family == KernelFamily::kAuto) family = KernelFamily::kCpAsync;
+  // kAuto: the sm90a family on sm_90 when this build has sm_90a code (unless the 99 KB
+  // configuration, which it does not have, is forced), else cpasync. The cluster family is slower
+  // than cpasync at every shape but the empty call (measured side by side on the H200,
+  // bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
+  if (family == KernelFamily::kAuto) {
+    const bool wgmma =
+        cc >= kMinCcWgmma && cc <= kMaxCcWgmma && build_has_sm90a() && tile != TileConfig::kSmem99K;
+    family = wgmma ? KernelFamily::kSm90a : KernelFamily::kCpAsync;
+  }
   tile = pick_tile(family);
   const KernelEntry entry = kernel_entry(family, DType::kBF16, tile);
-  TREEMLA_CHECK(cc >= entry.min_cc,
+  TREEMLA_CHECK(cc >= entry.min_cc && cc <= entry.max_cc,
                 "kernel family " << kernel_family_name(family) << " needs compute capability "
                                  << entry.min_cc / 10 << "." << entry.min_cc % 10
-                                 << " or newer; device " << device << " (" << prop.name << ") has "
+                                 << (entry.max_cc == entry.min_cc ? " exactly" : " or newer")
+                                 << "; device " << device << " (" << prop.name << ") has "
                                  << prop.major << "." << prop.minor);
+  TREEMLA_CHECK(family != KernelFamily::kSm90a || build_has_sm90a(),
+                "kernel family sm90a needs sm_90a code; this build has architectures "
+                    << compiled_architectures() << " (add 90a-real to CMAKE_CUDA_ARCHITECTURES)");
   TREEMLA_CHECK(entry.smem_bytes <= optin,
                 "tile configuration " << tile_config_name(tile) << " of family "
                                       << kernel_family_name(family) << " needs " << entry.smem_bytes
@@ -205,7 +222,9 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   plan.num_ctas = resident * plan.cluster;
   plan.target_items = resident;  // one wave of equal items (schedule.cu), one per CTA or CTA pair
   // Pair-mode items write two partial slots each.
-  plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : plan.target_items;
+  // Up to kMaxWaves waves of items (schedule.cu), one partial slot each; pair-mode items (one
+  // wave) write two.
+  plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : kMaxWaves * plan.target_items;
   const WorkspaceLayout layout = workspace_layout(limits.max_batch, plan.partial_slots);
   plan.workspace_bytes = layout.total;
   plan.workspace_init_bytes = layout.header + sizeof(WorkspaceHeader);

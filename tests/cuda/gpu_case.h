@@ -3,6 +3,8 @@
 // (common/row_check.h), and the split boundaries the schedule makes.
 #pragma once
 
+#include <cstdlib>
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -142,19 +144,33 @@ struct GpuConfig {
 
 // Every family and tile configuration the device must run: the 99 KB configurations always
 // (they are what ships for sm_120), the large ones where the device has the shared memory, the
-// cluster family on compute capability 9.0 and newer. make_verify_plan throws (and the test
+// cluster family on compute capability 9.0 and newer, the sm90a family on 9.0 when the build has
+// sm_90a code. make_verify_plan throws (and the test
 // fails) if one of them cannot run, so nothing is dropped silently.
 inline std::vector<GpuConfig> configs_to_test() {
   int dev = 0, major = 0, optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  int minor = 0;
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   std::vector<cuda::KernelFamily> families{cuda::KernelFamily::kCpAsync};
   if (major >= 9) families.push_back(cuda::KernelFamily::kCluster);
   std::vector<GpuConfig> out;
   for (cuda::KernelFamily f : families) {
     out.push_back({f, cuda::TileConfig::kSmem99K});
     if (optin >= 150000) out.push_back({f, cuda::TileConfig::kSmemLarge});
+  }
+  // sm90a (one configuration) on sm_90 whenever the build has its code.
+  if (major == 9 && minor == 0 && cuda::build_has_sm90a())
+    out.push_back({cuda::KernelFamily::kSm90a, cuda::TileConfig::kSmemLarge});
+  // TREEMLA_TEST_FAMILY=<name> keeps one family (a quicker run while working on it; the full
+  // suite runs them all).
+  if (const char* only = std::getenv("TREEMLA_TEST_FAMILY"); only && *only) {
+    std::vector<GpuConfig> kept;
+    for (const GpuConfig& c : out)
+      if (std::string(cuda::kernel_family_name(c.family)) == only) kept.push_back(c);
+    out = kept;
   }
   return out;
 }

@@ -328,5 +328,41 @@ TEST(VerifyGpu, HostChecksNameTheArgument) {
   EXPECT_THROW(cuda::make_verify_plan({1, 1, 129}), Error);
 }
 
+// What the plan picks by default and what it refuses, per device: kAuto is sm90a on sm_90 with
+// sm_90a code (cpasync when the 99 KB configuration is forced), cpasync elsewhere; sm90a has no
+// 99 KB configuration and runs on compute capability 9.0 alone.
+TEST(VerifyGpu, FamilyChoiceAndRefusals) {
+  REQUIRE_GPU();
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  const bool sm90a = major == 9 && minor == 0 && cuda::build_has_sm90a();
+  const cuda::VerifyLimits lim{2, 130, 8};
+  const cuda::VerifyPlan automatic = cuda::make_verify_plan(lim);
+  EXPECT_EQ(automatic.family, sm90a ? cuda::KernelFamily::kSm90a : cuda::KernelFamily::kCpAsync);
+  const cuda::VerifyPlan small = cuda::make_verify_plan(lim, -1, cuda::TileConfig::kSmem99K);
+  EXPECT_EQ(small.family, cuda::KernelFamily::kCpAsync);
+  EXPECT_EQ(small.tile, cuda::TileConfig::kSmem99K);
+  auto message = [&](cuda::TileConfig tile) {
+    try {
+      cuda::make_verify_plan(lim, -1, tile, cuda::KernelFamily::kSm90a);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string();
+  };
+  EXPECT_NE(message(cuda::TileConfig::kSmem99K).find("sm90a"), std::string::npos);
+  if (sm90a) {
+    EXPECT_NE(message(cuda::TileConfig::kSmem99K).find("only the smem-large"), std::string::npos);
+    const cuda::VerifyPlan p =
+        cuda::make_verify_plan(lim, -1, cuda::TileConfig::kAuto, cuda::KernelFamily::kSm90a);
+    EXPECT_EQ(p.tile, cuda::TileConfig::kSmemLarge);
+    EXPECT_EQ(p.threads, 384);
+  } else {
+    EXPECT_NE(message(cuda::TileConfig::kAuto).find("sm90a"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace treemla::test

@@ -90,7 +90,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& out) {
       ->capture_default_str();
   cli::add_choice(app, "--tiles", out.tiles, {"all", "smem99k", "smem-large"},
                   "tile configurations");
-  cli::add_choice(app, "--families", out.families, {"all", "cpasync", "cluster"},
+  cli::add_choice(app, "--families", out.families, {"all", "cpasync", "cluster", "sm90a"},
                   "kernel families (all: every family the device runs)");
   app.add_option("--cost-table", out.cost_table,
                  "measure the verify cost table (docs/budget.md) instead of the grid and write it "
@@ -120,9 +120,12 @@ void print_header(std::ostream& os, const Header& h) {
              "runtime {} driver {}\n",
              d.name, d.sm, d.sm_count, d.sm_mhz, d.mem_mhz, d.cuda_runtime, d.driver);
   fmt::print(os, "# date {}  commit {}  reps {} (median)\n", h.date, h.commit, h.reps);
-  fmt::print(
-      os, "# ceilings measured now: HBM read {:.0f} GB/s, bf16 mma.sync m16n8k16 {:.1f} TFLOP/s\n",
-      h.ceilings.hbm_read_gbps, h.ceilings.mma_tflops);
+  fmt::print(os,
+             "# ceilings measured now: HBM read {:.0f} GB/s, bf16 mma.sync m16n8k16 {:.1f} TFLOP/s",
+             h.ceilings.hbm_read_gbps, h.ceilings.mma_tflops);
+  if (h.ceilings.wgmma_tflops > 0)
+    fmt::print(os, ", bf16 wgmma m64n256k16 {:.1f} TFLOP/s", h.ceilings.wgmma_tflops);
+  fmt::print(os, "\n");
   fmt::print(
       os,
       "# us = prefix + tail + merge; prefix-only and tail-only are the same kernels on one part\n");
@@ -158,6 +161,11 @@ void print_targets(std::ostream& os, const std::vector<Row>& rows) {
           os,
           "compute-bound  {:<18} B={} H={} q={} L={}: {:.1f}% of mma.sync peak (target >= 60%)\n",
           tn, c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_mma);
+    if (r.family == "sm90a" && r.frac_wgmma > 0 && c.heads * c.q_len >= 256 && c.prefix >= 16384)
+      fmt::print(os,
+                 "wgmma          {:<18} B={} H={} q={} L={}: {:.1f}% of the wgmma peak (target >= "
+                 "85% at 1,128,64,131072)\n",
+                 tn, c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_wgmma);
     if (c.q_len == 1 && c.heads >= 8 && c.heads <= 16 && c.prefix >= 32768)
       fmt::print(os,
                  "memory-bound   {:<18} B={} H={} q=1 L={}: {:.1f}% of HBM read (target >= 90%); "
@@ -208,6 +216,7 @@ void write_json(std::ostream& os, const Header& h, const std::vector<Row>& rows)
                 {"tflops", r.tflops},
                 {"kv_gbps", r.kv_gbps},
                 {"frac_mma_peak", r.frac_mma},
+                {"frac_wgmma_peak", r.frac_wgmma},
                 {"frac_hbm", r.frac_hbm},
                 {"paged_read_gbps", r.paged_read_gbps},
                 {"paged_read_one_cta_per_sm_gbps", r.paged_read_1cta_gbps}};
@@ -222,6 +231,7 @@ void write_json(std::ostream& os, const Header& h, const std::vector<Row>& rows)
                     {"driver", h.device.driver},
                     {"hbm_read_gbps", h.ceilings.hbm_read_gbps},
                     {"mma_sync_bf16_tflops", h.ceilings.mma_tflops},
+                    {"wgmma_bf16_tflops", h.ceilings.wgmma_tflops},
                     {"results", results},
                     {"empty_calls", empty_calls}};
   os << doc.dump(2) << "\n";

@@ -49,6 +49,7 @@ struct Device {
 
 struct Ceilings {  // measured in the same run
   double hbm_read_gbps = 0, mma_tflops = 0;
+  double wgmma_tflops = 0;  // 0 where the device or the build has no sm_90a wgmma
 };
 
 struct Row {  // one case on one kernel family and tile configuration
@@ -56,6 +57,7 @@ struct Row {  // one case on one kernel family and tile configuration
   Shape shape;
   double us = 0, us_prefix = 0, us_tail = 0;  // whole call; prefix part alone; tail part alone
   double tflops = 0, kv_gbps = 0, frac_mma = 0, frac_hbm = 0;
+  double frac_wgmma = 0;            // of the wgmma peak, where measured
   double paged_read_gbps = 0;       // q_len = 1 cases: the same pages read at full occupancy
   double paged_read_1cta_gbps = 0;  // ... and by one 8-warp CTA per SM, as the verify grid
 };

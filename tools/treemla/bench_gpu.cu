@@ -61,6 +61,19 @@ double measure_mma_tflops() {
   return flops / (ms * 1e-3) / 1e12;
 }
 
+// The bf16 wgmma peak (0 where the device or the build has no sm_90a wgmma).
+double measure_wgmma_tflops(const cudaDeviceProp& prop) {
+  if (!(prop.major == 9 && prop.minor == 0 && treemla::cuda::build_has_sm90a())) return 0;
+  float* sink = nullptr;
+  TREEMLA_CUDA_CHECK(cudaMalloc(&sink, 4));
+  const int blocks = prop.multiProcessorCount, iters = 2048;
+  const double ms = median_ms(
+      0, [&](int) { kernels::launch_wgmma_peak(blocks, iters, sink, 0); }, 3, 15);
+  TREEMLA_CHECK_LAUNCH("wgmma_peak_kernel");
+  TREEMLA_CUDA_CHECK(cudaFree(sink));
+  return double(kernels::wgmma_peak_flops(blocks, iters)) / (ms * 1e-3) / 1e12;
+}
+
 // ---- workloads ---------------------------------------------------------------------------
 
 struct Case {
@@ -157,7 +170,7 @@ void free_workload(Workload& w) {
 struct Result {
   Case c;
   double us_all = 0, us_prefix = 0, us_tail = 0;
-  double tflops = 0, gbps = 0, frac_mma = 0, frac_hbm = 0;
+  double tflops = 0, gbps = 0, frac_mma = 0, frac_wgmma = 0, frac_hbm = 0;
   double paged_read_gbps = 0;       // q_len = 1 cases: the same pages read at full occupancy
   double paged_read_1cta_gbps = 0;  // ... and by one 8-warp CTA per SM, as the verify grid
 };
@@ -263,6 +276,7 @@ bench::Row to_row(const Result& r) {
   row.tflops = r.tflops;
   row.kv_gbps = r.gbps;
   row.frac_mma = r.frac_mma;
+  row.frac_wgmma = r.frac_wgmma;
   row.frac_hbm = r.frac_hbm;
   row.paged_read_gbps = r.paged_read_gbps;
   row.paged_read_1cta_gbps = r.paged_read_1cta_gbps;
@@ -367,6 +381,9 @@ int bench::run(const bench::Options& opt) {
     families.push_back(KernelFamily::kCpAsync);
   if ((opt.families == "all" && prop.major >= 9) || opt.families == "cluster")
     families.push_back(KernelFamily::kCluster);
+  const bool sm90a_here = prop.major == 9 && prop.minor == 0 && treemla::cuda::build_has_sm90a();
+  if ((opt.families == "all" && sm90a_here) || opt.families == "sm90a")
+    families.push_back(KernelFamily::kSm90a);
   std::ofstream json_file;
   if (!opt.json.empty()) {  // before the run, which takes minutes
     json_file.open(opt.json);
@@ -380,6 +397,7 @@ int bench::run(const bench::Options& opt) {
                    driver};
   header.ceilings.hbm_read_gbps = measure_hbm_gbps(size_t(4) << 30);
   header.ceilings.mma_tflops = measure_mma_tflops();
+  header.ceilings.wgmma_tflops = measure_wgmma_tflops(prop);
   header.date = bench::utc_date();
   header.commit = opt.commit;
   header.reps = opt.reps;
@@ -390,11 +408,14 @@ int bench::run(const bench::Options& opt) {
   for (const Case& shape : shapes) {
     for (KernelFamily f : families) {
       for (TileConfig t : tiles) {
+        if (f == KernelFamily::kSm90a && t != TileConfig::kSmemLarge) continue;  // its only one
         Case c = shape;
         c.tile = t;
         c.family = f;
         Result r = run_case(c, prop.l2CacheSize, opt.reps);
         r.frac_mma = r.tflops / header.ceilings.mma_tflops;
+        if (header.ceilings.wgmma_tflops > 0)
+          r.frac_wgmma = r.tflops / header.ceilings.wgmma_tflops;
         r.frac_hbm = r.gbps / header.ceilings.hbm_read_gbps;
         rows.push_back(to_row(r));
         bench::print_row(std::cout, rows.back());

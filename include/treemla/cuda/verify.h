@@ -24,16 +24,17 @@
 
 namespace treemla::cuda {
 
-// Kernel families (docs/verify-kernel.md). kCluster: mma.sync with bulk copies, mbarriers and
-// CTA pairs (clusters of 2) that split the KV columns; sm_90 and newer, sm_120 included.
-// kCpAsync: mma.sync with cp.async, one CTA per SM; sm_80 and newer, the only family for sm_80,
-// sm_86 and sm_89. kAuto takes kCluster where the device and the build allow it.
-enum class KernelFamily : int { kAuto = 0, kCpAsync = 1, kCluster = 2 };
-const char* kernel_family_name(KernelFamily f);  // "auto", "cpasync", "cluster"
+// Kernel families (docs/verify-kernel.md). kCpAsync: mma.sync with cp.async, one CTA per SM;
+// sm_80 and newer. kCluster: mma.sync with a cp.async producer, mbarriers and CTA pairs (clusters
+// of 2) that split the KV columns; sm_90 and newer, sm_120 included. kSm90a: wgmma with a
+// cp.async producer warpgroup; sm_90 only, and only where the build has sm_90a code
+// (architecture 90a). kAuto: kSm90a on sm_90 when the build has it, else kCpAsync.
+enum class KernelFamily : int { kAuto = 0, kCpAsync = 1, kCluster = 2, kSm90a = 3 };
+const char* kernel_family_name(KernelFamily f);  // "auto", "cpasync", "cluster", "sm90a"
 
 // Tile configurations of a family. kSmem99K fits 99 KB of shared memory per block (sm_86, sm_89,
 // sm_120) and runs on every architecture of its family; kSmemLarge uses more stages where the
-// device allows it (sm_80, sm_90, sm_100).
+// device allows it (sm_80, sm_90, sm_100). kSm90a has only kSmemLarge.
 enum class TileConfig : int { kAuto = 0, kSmem99K = 1, kSmemLarge = 2 };
 const char* tile_config_name(TileConfig c);  // "auto", "smem99k", "smem-large"
 
@@ -96,7 +97,9 @@ void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream);
 void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b, const float* s_b,
                  void* v, float* s, int64_t tokens, int heads, int dim, cudaStream_t stream);
 
-// Compiled-in architectures, e.g. "80 86 89 90 100 120".
+// Compiled-in architectures, e.g. "80-real 86-real 89-real 90a-real 100a-real 120a-real".
 std::string compiled_architectures();
+// Whether the build has sm_90a code (architecture 90a), which the kSm90a family needs.
+bool build_has_sm90a();
 
 }  // namespace treemla::cuda

@@ -3,14 +3,16 @@
 // replays correctly with new lengths. No host synchronization.
 //
 // Cost model: a (request, row tile) pair costs one unit per 32-row prefix block; total is the
-// sum over the batch. Request b's prefix is cut into
-//   splits_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b /
-//   kMinChunkBlocks)))
+// sum over the batch. With target = waves * target_items, request b's prefix is cut into
+//   splits_b = max(1, min(floor(pblocks_b * target / total), floor(pblocks_b / kMinChunkBlocks)))
 // near-equal ranges (split s covers blocks [s * pblocks / splits, (s + 1) * pblocks / splits)),
-// so items = sum tiles_b * splits_b never exceeds target_items (= the persistent grid: one wave,
-// no straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
+// so items = sum tiles_b * splits_b never exceeds target (whole waves of the persistent grid, no
+// straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
 // least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
-// a tile also does the tree tail. Partial slots (requests with splits_b > 1) <= target_items.
+// a tile also does the tree tail. Partial slots (requests with splits_b > 1) <= target.
+// `waves` is 1 unless an estimate (pass 1b: waves needed x the largest item) says a few more,
+// smaller items are clearly faster: e.g. 136 row tiles on 132 CTAs would otherwise run a second
+// wave of 4 whole tiles. At most kMaxWaves; the plan sizes the partial slots for that.
 //
 // Pair mode (kp.pair_rows > 0, the cluster family): a request whose rows (q_len * H) fit in
 // pair_rows and whose share is at least one item gets an even number of splits, and each work
@@ -30,6 +32,19 @@ namespace treemla::cuda {
 namespace {
 
 constexpr int kSchedThreads = 256;
+// Wave counts the schedule chooses from (kMaxWaves in verify_kernel_params.h is the largest: the
+// partial slots are sized for it), and a work item's fixed cost in prefix blocks (its Q load,
+// pipeline fill and partial output) for the estimate.
+constexpr int kNumWaveChoices = 6;
+__constant__ const int kWaveChoices[kNumWaveChoices] = {1, 2, 3, 4, 6, kMaxWaves};
+constexpr int kItemOverheadBlocks = 8;
+
+// Splits of a request with `pblocks` prefix blocks for a target item count (see the header).
+__device__ __forceinline__ int splits_for(int pblocks, long long target, long long total_cost) {
+  const long long by_share = static_cast<long long>(pblocks) * target / total_cost;
+  const long long by_min = pblocks / kMinChunkBlocks;
+  return static_cast<int>(max(1LL, min(by_share, by_min)));
+}
 
 __global__ void __launch_bounds__(kSchedThreads)
     verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
@@ -41,6 +56,9 @@ __global__ void __launch_bounds__(kSchedThreads)
   } tmp;
   __shared__ long long s_total;
   __shared__ int s_carry[3];
+  __shared__ unsigned long long s_wave_items[kNumWaveChoices];
+  __shared__ int s_wave_item_max[kNumWaveChoices];
+  __shared__ int s_waves;
 
   const int batch = kp.p.batch;
   const int H = kp.p.num_heads;
@@ -86,9 +104,46 @@ __global__ void __launch_bounds__(kSchedThreads)
     cost += static_cast<long long>(rs.tiles) * rs.pblocks;
   }
   const long long total = Reduce(tmp.reduce).Sum(cost);
-  if (threadIdx.x == 0) s_total = total;
+  if (threadIdx.x == 0) {
+    s_total = total;
+    for (int k = 0; k < kNumWaveChoices; ++k) {
+      s_wave_items[k] = 0;
+      s_wave_item_max[k] = 0;
+    }
+  }
   __syncthreads();
   const long long total_cost = s_total > 0 ? s_total : 1;
+
+  // Pass 1b: how many waves to aim for. For each choice k, the splits below with a target of
+  // k * target_items give an item count and a largest item; the estimate is
+  // ceil(items / target_items) waves of that largest item (plus kItemOverheadBlocks). One wave
+  // (k = 1) unless more waves are clearly better, as when the row tiles alone outnumber the CTAs.
+  for (int b = threadIdx.x; b < batch; b += kSchedThreads) {
+    const RequestSched rs = kp.sched[b];
+    if (rs.q_len == 0) continue;
+    for (int k = 0; k < kNumWaveChoices; ++k) {
+      const int splits = splits_for(rs.pblocks, kWaveChoices[k] * kp.target_items, total_cost);
+      atomicAdd(&s_wave_items[k], static_cast<unsigned long long>(rs.tiles) * splits);
+      atomicMax(&s_wave_item_max[k], (rs.pblocks + splits - 1) / splits + kItemOverheadBlocks);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const long long t = kp.target_items > 0 ? kp.target_items : 1;
+    int best = 0;
+    long long best_est = -1;
+    for (int k = 0; k < kNumWaveChoices; ++k) {
+      const long long waves = (static_cast<long long>(s_wave_items[k]) + t - 1) / t;
+      const long long est = waves * s_wave_item_max[k];
+      if (best_est < 0 || est * 100 < best_est * 97) {  // a later choice must win by 3%
+        best = k;
+        best_est = est;
+      }
+    }
+    s_waves = kp.pair_rows > 0 ? 1 : kWaveChoices[best];  // pair mode keeps one wave
+  }
+  __syncthreads();
+  const long long target = static_cast<long long>(s_waves) * kp.target_items;
 
   // Pass 2: splits and exclusive scans of items, partial slots and combine groups.
   if (threadIdx.x == 0) s_carry[0] = s_carry[1] = s_carry[2] = 0;
@@ -99,7 +154,7 @@ __global__ void __launch_bounds__(kSchedThreads)
     RequestSched rs{};
     if (b < batch) {
       rs = kp.sched[b];
-      const long long by_share = static_cast<long long>(rs.pblocks) * kp.target_items / total_cost;
+      const long long by_share = static_cast<long long>(rs.pblocks) * target / total_cost;
       const long long by_min = rs.pblocks / kMinChunkBlocks;
       rs.pair = kp.pair_rows > 0 && rs.q_len > 0 && rs.q_len * H <= kp.pair_rows && by_share >= 1 &&
                 rs.pblocks >= 2 * kMinChunkBlocks;

@@ -1,12 +1,13 @@
-// treemla bench's helper kernels (tool_kernels.h): the two ceilings measured in the same run as
-// verify attention (HBM read bandwidth, the bf16 mma.sync peak), the paged-read ceiling of the
-// decode cases, and random inputs.
+// treemla bench's helper kernels (tool_kernels.h): the ceilings measured in the same run as
+// verify attention (HBM read bandwidth, the bf16 mma.sync peak, the bf16 wgmma peak on sm_90a),
+// the paged-read ceiling of the decode cases, and random inputs.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/sm90a/wgmma.cuh"
 #include "cuda/tool_kernels.h"
 #include "treemla/attention.h"
 
@@ -46,6 +47,45 @@ __global__ void mma_peak_kernel(int iters, float* sink) {
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) s += acc[i][0] + acc[i][1] + acc[i][2] + acc[i][3];
   if (s == 1.2345f) sink[0] = s;
+}
+
+// Three warpgroups per CTA, each issuing `iters` x 4 wgmma m64n256k16 (bf16 in, fp32 accumulators,
+// both operands from shared memory as the sm90a verify family's P V products read them) into
+// one accumulator set, one commit group per 4 and at most two groups in flight.
+constexpr int kWgmmaPeakThreads = 384;
+constexpr int kWgmmaPeakSmem = 5 * 8192 + 1024;  // A: one 8 KB chunk; B: four; alignment slack
+
+__global__ void __launch_bounds__(kWgmmaPeakThreads, 1) wgmma_peak_kernel(int iters, float* sink) {
+#if TREEMLA_HAS_WGMMA
+  using namespace treemla::cuda::sm90a;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = treemla::cuda::smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  for (int i = threadIdx.x; i < 5 * 8192 / 16; i += blockDim.x)
+    *reinterpret_cast<uint4*>(smem_raw + (base - raw) + 16 * i) = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  fence_proxy_async();
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  const uint64_t da = make_desc(base, 16, 1024), db = make_desc(base + 8192, 8192, 1024);
+  for (int it = 0; it < iters; ++it) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n256k16_ss_tnspb<__nv_bfloat16>(acc, da + 2 * kk, db + 128 * kk, 1);
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  fence_regs(acc);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) s += acc[i];
+  if (s == 1.2345f) sink[0] = s;
+#else
+  __trap();  // launched only where sm_90a code was compiled (the host checks)
+#endif
 }
 
 // The decode access pattern without the attention: every prefix row of a workload read once
@@ -106,6 +146,16 @@ void launch_hbm_read(int blocks, int threads, const void* src, size_t n, uint32_
 
 void launch_mma_peak(int blocks, int threads, int iters, float* sink, cudaStream_t stream) {
   mma_peak_kernel<<<blocks, threads, 0, stream>>>(iters, sink);
+}
+
+void launch_wgmma_peak(int blocks, int iters, float* sink, cudaStream_t stream) {
+  cudaFuncSetAttribute(wgmma_peak_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       kWgmmaPeakSmem);
+  wgmma_peak_kernel<<<blocks, kWgmmaPeakThreads, kWgmmaPeakSmem, stream>>>(iters, sink);
+}
+
+int64_t wgmma_peak_flops(int blocks, int iters) {
+  return int64_t(blocks) * (kWgmmaPeakThreads / 128) * iters * 4 * (2 * 64 * 256 * 16);
 }
 
 void launch_paged_read(int unroll, int blocks, int threads, const void* kv,

@@ -39,6 +39,11 @@ void launch_hbm_read(int blocks, int threads, const void* src, size_t n, uint32_
                      cudaStream_t stream);
 // `iters` x 8 bf16 mma.sync m16n8k16 per warp from registers (the tensor-core ceiling).
 void launch_mma_peak(int blocks, int threads, int iters, float* sink, cudaStream_t stream);
+// `iters` x 4 wgmma m64n256k16 (bf16, shared-memory operands) per warpgroup, three warpgroups
+// per block (the wgmma ceiling). Only on sm_90 with sm_90a code in the build (elsewhere the kernel
+// traps); wgmma_peak_flops gives the floating-point operations of one launch.
+void launch_wgmma_peak(int blocks, int iters, float* sink, cudaStream_t stream);
+int64_t wgmma_peak_flops(int blocks, int iters);
 // Every prefix row of `batch` requests read once through the page table ([batch, stride]), each
 // request's rows cut into `splits` near-equal splits, 32-row blocks, 8 threads per row; unroll
 // (1 or 4) blocks in flight per thread.

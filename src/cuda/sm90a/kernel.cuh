@@ -1,0 +1,634 @@
+// The sm90a verify family: wgmma (Q, K, V and P read from shared memory) + a cp.async producer
+// warpgroup + mbarriers, for sm_90a (H100, H200, H20). Budget and measurements:
+// docs/verify-kernel.md, "The sm90a family".
+//
+// Grid and work items: as the cpasync family (a persistent grid, one CTA per SM, items taken from
+// the workspace counter). An item is one row tile (kBlockM = 64 folded rows (node, head)) and one
+// split of its prefix; the last split also attends the tree tail. The item's keys are walked in
+// 64-key blocks: its prefix range in order, then the tail's 32-key blocks that some row of the
+// tile can see, two to a block (each half masked with its own tree-mask word).
+//
+// Warpgroups: WG0 and WG1 compute; WG2 loads. WG0 owns output columns [0, 256), WG1 [256, 512)
+// (O: 64 x 256 fp32, 128 registers a thread). Blocks go in pairs (A, B) = (2p, 2p + 1), A in
+// stage 0 and B in stage 1, and the two groups see-saw over them:
+//   WG0: S_A = Q K_A^T (36 wgmma m64n64k16); mA = max(m, rowmax S_A); P_A = exp2(S_A - mA) into
+//        the rope chunk of stage 0 (dead once S_A is done); tell WG1 (named barrier A);
+//        O_L = O_L * 2^(m - mA) + P_A V_A[:, 0:256].
+//   WG1: S_B = Q K_B^T meanwhile; waits for A; mB = max(mA, rowmax S_B); P_B into stage 1's rope
+//        chunk; tells WG0 (barrier B); O_R = (O_R * 2^(m - mA) + P_A V_A[:, 256:]) * 2^(mA - mB)
+//        + P_B V_B[:, 256:].
+//   WG0: waits for B; O_L = O_L * 2^(mA - mB) + P_B V_B[:, 0:256].
+// Both end the pair at row max mB. Each group keeps the row sums of the P it computed, at the
+// current max; the epilogue adds the two. Every S is computed once, every P V column once, and
+// one group's softmax runs while the other's products keep the tensor cores busy. When B moves
+// none of a group's row maxima (most pairs of a long prefix; a vote over the group), the group
+// skips the rescale and issues its second P V without waiting for the first.
+// Producer: per block, looks up the page of each of the 64 keys (four a thread), waits for the
+// stage to be free (both groups' products that read it have completed) and copies the 64 rows with
+// cp.async (16 bytes a copy, into the swizzled layout), zero-filling rows that are not keys (V
+// must be finite where P = 0). A stage lands in three parts of three chunks, each counted on its
+// own full mbarrier, so S starts on the first part while the rest is in flight. Q is loaded the
+// same way at the start of an item.
+// Tried and dropped (docs/verify-kernel.md): L2 prefetch of later blocks by the producer (20%
+// slower), WG1 issuing P_A V_A before its softmax (no gain; slower on small items).
+//
+// Output: as the other families: an item covering its tile's whole key range writes O (input
+// dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
+// combine kernel. WG0 writes columns [0, 256) and the LSE, WG1 columns [256, 512).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/arch.h"
+#include "cuda/common/async.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/verify_device.cuh"
+#include "cuda/common/verify_kernel_params.h"
+#include "cuda/dispatch.h"
+#include "cuda/sm90a/traits.h"
+#include "cuda/sm90a/wgmma.cuh"
+
+namespace treemla::cuda::sm90a {
+
+#if TREEMLA_HAS_WGMMA
+
+// Named barriers (0 is __syncthreads).
+constexpr int kBarA = 1;     // WG0 arrives, WG1 waits: P_A and mA are in shared memory
+constexpr int kBarB = 2;     // WG1 arrives, WG0 waits: P_B and mB
+constexpr int kBarWg0 = 3;   // WG0 alone: its P_A writes are all done
+constexpr int kBarWg1 = 4;   // WG1 alone: its P_B writes are all done
+constexpr int kBarBoth = 5;  // WG0 + WG1: the epilogue's row-sum swap
+
+// One work item as every warpgroup sees it.
+struct Item {
+  int b, split, tile;
+  RequestSched rs;
+  int H, rows, row0;
+  int kbeg, kend;  // this split's prefix keys [kbeg, kend)
+  int n_pfx;       // 64-key prefix blocks
+  int n_tail;      // 32-key tail blocks (set bits of tail_bits)
+  uint64_t tail_bits;
+  int n_blocks;  // n_pfx + ceil(n_tail / 2)
+};
+
+// The key (logical row of the request) that row r (0..63) of block `it` holds, or -1.
+__device__ __forceinline__ int block_key(const Item& d, int it, int r) {
+  if (it < d.n_pfx) {
+    const int t = d.kbeg + it * 64 + r;
+    return t < d.kend ? t : -1;
+  }
+  const int k = 2 * (it - d.n_pfx) + (r >> 5);
+  if (k >= d.n_tail) return -1;
+  const int t = d.rs.prefix_len + nth_set_bit(d.tail_bits, k) * 32 + (r & 31);
+  return t < d.rs.prefix_len + d.rs.q_len ? t : -1;
+}
+
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Whether `pred` holds for any thread of the 128 that meet at named barrier `id` (a barrier
+// too); the same answer in every thread, read through a shuffle so the compiler knows it is.
+__device__ __forceinline__ bool group_any(int id, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\n"
+      "selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id)
+      : "memory");
+  return __shfl_sync(0xffffffffu, r, 0) != 0;
+}
+
+// 2^((m_old - m_new) * sc): the factor that moves a state at max m_old to max m_new >= m_old.
+// A row that has seen nothing keeps max -inf: its state is zero, any factor does.
+__device__ __forceinline__ float rescale(float m_old, float m_new, float sc) {
+  return m_new == -INFINITY ? 1.f : fast_exp2(m_old * sc - m_new * sc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer (WG2, 128 threads). Thread p copies rows p / 8 + 16 j (j = 0..3), 16-byte unit p % 8
+// of each of the 9 chunks: a warp moves 4 rows x 128 contiguous bytes per instruction.
+template <typename T>
+__device__ __forceinline__ void copy_rows(uint32_t dst, const T* base, const int64_t (&src)[4],
+                                          int p, int c_begin, int c_end) {
+  const int u = p & 7;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int r = (p >> 3) + 16 * j;
+    const bool ok = src[j] >= 0;
+    const T* s = base + (ok ? src[j] : 0) + u * 8;
+    const uint32_t d = dst + swizzle128(r, u);
+#pragma unroll
+    for (int c = c_begin; c < c_end; ++c) cp_async_16(d + c * 8192, s + c * 64, ok ? 16 : 0);
+  }
+}
+
+template <typename T, class Tr>
+__device__ void produce_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
+                             uint32_t (&uses)[2]) {
+  const int p = threadIdx.x - 256;
+  // Q rows of the tile (zero past the request's rows).
+  {
+    int64_t src[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = d.row0 + (p >> 3) + 16 * j;
+      src[j] = r < d.rows ? (static_cast<int64_t>(d.rs.q_start) * d.H + r) * kHeadDimQK : -1;
+    }
+    copy_rows<T>(smem + Tr::kOffQ, static_cast<const T*>(kp.p.q), src, p, 0, Tr::kChunks);
+    cp_async_mbar_arrive(smem + Tr::kBarQ);
+  }
+  const T* kv = static_cast<const T*>(kp.p.kv_cache);
+  const int64_t pt_row = static_cast<int64_t>(d.b) * kp.p.page_table_stride;
+  for (int it = 0; it < d.n_blocks; ++it) {
+    const int s = it & 1;
+    // Page lookups first: their latency overlaps the wait for the stage.
+    int64_t src[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int t = block_key(d, it, (p >> 3) + 16 * j);
+      src[j] = -1;
+      if (t >= 0) {
+        const int entry = t >> kp.page_shift;
+        if (entry < kp.p.page_table_stride) {
+          const int page = __ldg(kp.p.page_table + pt_row + entry);
+          if (page >= 0 && page < kp.p.num_pages) {
+            src[j] = (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) *
+                     kHeadDimQK;
+          } else {
+            record_status(kp.hdr, kStatusPage, d.b, page, t);  // zero-filled instead of read
+          }
+        } else {
+          record_status(kp.hdr, kStatusStride, d.b, t, kp.p.page_table_stride);
+        }
+      }
+    }
+    mbar_wait(smem + Tr::bar_empty(s), (uses[s] & 1) ^ 1);
+    const uint32_t dst = smem + Tr::kOffStages + s * Tr::kTileBytes;
+#pragma unroll
+    for (int part = 0; part < Tr::kLoadParts; ++part) {
+      copy_rows<T>(dst, kv, src, p, part * Tr::kChunksPerPart, (part + 1) * Tr::kChunksPerPart);
+      cp_async_mbar_arrive(smem + Tr::bar_full(s, part));
+    }
+    ++uses[s];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compute warpgroups.
+
+// S = Q K^T over all 576 columns: 9 chunks x 4 k-steps of m64n64k16, each part's products issued
+// as soon as that part of the stage has landed.
+template <typename T, class Tr>
+__device__ __forceinline__ void compute_s(float (&s)[32], uint32_t smem, int stage,
+                                          uint32_t parity) {
+  const uint32_t sk = smem + Tr::kOffStages + stage * Tr::kTileBytes;
+  const uint64_t dq = make_desc(smem + Tr::kOffQ, 16, 1024), dk = make_desc(sk, 16, 1024);
+  fence_regs(s);
+#pragma unroll
+  for (int part = 0; part < Tr::kLoadParts; ++part) {
+    mbar_wait(smem + Tr::bar_full(stage, part), parity);
+    fence_proxy_async();  // the part's cp.async writes, seen by wgmma
+    wgmma_fence();
+#pragma unroll
+    for (int ci = 0; ci < Tr::kChunksPerPart; ++ci) {
+      const int c = part * Tr::kChunksPerPart + ci;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t off = static_cast<uint64_t>((c * 8192 + kk * 32) >> 4);
+        wgmma_m64n64k16_ss<T>(s, dq + off, dk + off, (c | kk) != 0);
+      }
+    }
+  }
+  wgmma_commit();
+}
+
+// O[:, 256 half ...] += P V: P (64 x 64 keys) in the stage's rope chunk, V = the stage's latent
+// chunks [4 half, 4 half + 4), N-major.
+template <typename T, class Tr>
+__device__ __forceinline__ void compute_pv(float (&o)[128], uint32_t stage, int half) {
+  const uint64_t dp = make_desc(stage + Tr::kPChunk * Tr::kChunkBytes, 16, 1024);
+  const uint64_t dv = make_desc(stage + 4 * half * Tr::kChunkBytes, Tr::kChunkBytes, 1024);
+  fence_regs(o);  // the rescale of O happens before the fence, not sunk past it
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma_m64n256k16_ss_tnspb<T>(o, dp + static_cast<uint64_t>((kk * 32) >> 4),
+                                 dv + static_cast<uint64_t>((kk * 2048) >> 4), 1);
+  }
+  wgmma_commit();
+}
+
+// What the compute threads know about their two rows: r0 = 16 w + g and r1 = r0 + 8.
+struct RowInfo {
+  int r0, r1;  // tile rows
+  bool v0, v1;
+  const uint32_t* mrow0;  // tree-mask row (32-bit words) of each row's node
+  const uint32_t* mrow1;
+};
+
+// -inf where a key is not visible: past the block's keys, or (tail) not an ancestor.
+__device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, const RowInfo& ri,
+                                       int q4) {
+  uint32_t vis0[2], vis1[2];  // bit c of half h: key 32 h + c visible
+  if (it < d.n_pfx) {
+    const int valid = d.kend - (d.kbeg + it * 64);
+    if (valid >= 64) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int v = min(max(valid - 32 * h, 0), 32);
+      vis0[h] = vis1[h] = v >= 32 ? 0xffffffffu : ((1u << v) - 1u);
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = 2 * (it - d.n_pfx) + h;
+      vis0[h] = vis1[h] = 0u;
+      if (k < d.n_tail) {
+        const int jb = nth_set_bit(d.tail_bits, k);
+        const int v = min(d.rs.q_len - jb * 32, 32);
+        const uint32_t in_range = v >= 32 ? 0xffffffffu : ((1u << v) - 1u);
+        vis0[h] = ri.v0 ? in_range & __ldg(ri.mrow0 + jb) : 0u;
+        vis1[h] = ri.v1 ? in_range & __ldg(ri.mrow1 + jb) : 0u;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int h = i >> 2, c = (8 * i + 2 * q4) & 31;
+    if (!((vis0[h] >> c) & 1u)) s[4 * i + 0] = -INFINITY;
+    if (!((vis0[h] >> (c + 1)) & 1u)) s[4 * i + 1] = -INFINITY;
+    if (!((vis1[h] >> c) & 1u)) s[4 * i + 2] = -INFINITY;
+    if (!((vis1[h] >> (c + 1)) & 1u)) s[4 * i + 3] = -INFINITY;
+  }
+}
+
+__device__ __forceinline__ void row_max(const float (&s)[32], float& mx0, float& mx1) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+// P = 2^(S sc - m sc) into the rope chunk at `pbase` (64 rows x 64 keys, swizzled); returns the
+// thread's partial row sums.
+template <typename T>
+__device__ __forceinline__ void write_p(const float (&s)[32], float m0, float m1, float sc,
+                                        uint32_t pbase, const RowInfo& ri, int q4, float& rs0,
+                                        float& rs1) {
+  const float mu0 = m0 == -INFINITY ? 0.f : m0 * sc, mu1 = m1 == -INFINITY ? 0.f : m1 * sc;
+  rs0 = rs1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float p0 = fast_exp2(fmaf(s[4 * i + 0], sc, -mu0));
+    const float p1 = fast_exp2(fmaf(s[4 * i + 1], sc, -mu0));
+    const float p2 = fast_exp2(fmaf(s[4 * i + 2], sc, -mu1));
+    const float p3 = fast_exp2(fmaf(s[4 * i + 3], sc, -mu1));
+    rs0 += p0 + p1;
+    rs1 += p2 + p3;
+    const uint32_t a0 = pbase + swizzle128(ri.r0, i) + 4 * q4;
+    const uint32_t a1 = pbase + swizzle128(ri.r1, i) + 4 * q4;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(pack2<T>(p0, p1)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(pack2<T>(p2, p3)) : "memory");
+  }
+}
+
+__device__ __forceinline__ void scale_o(float (&o)[128], float a0, float a1) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[4 * i + 0] *= a0;
+    o[4 * i + 1] *= a0;
+    o[4 * i + 2] *= a1;
+    o[4 * i + 3] *= a1;
+  }
+}
+
+template <typename T, class Tr>
+__device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
+                             float* smem_f, uint32_t (&uses)[2], uint32_t qphase) {
+  // 0 or 1: output columns [256 wg, 256 wg + 256). Read through a shuffle so the compiler knows
+  // it is warp-uniform (wgmma in a branch it thinks divergent gets serialized).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
+  const int n_blocks = __shfl_sync(0xffffffffu, d.n_blocks, 0);
+  const int wt = threadIdx.x & 127, wq = wt >> 5, lane = wt & 31;
+  const int g = lane >> 2, q4 = lane & 3;
+  const float sc = kp.scale_log2;
+  const uint32_t empty0 = smem + Tr::bar_empty(0), empty1 = smem + Tr::bar_empty(1);
+  const uint32_t stage0 = smem + Tr::kOffStages, stage1 = stage0 + Tr::kTileBytes;
+  const uint32_t p0base = stage0 + Tr::kPChunk * Tr::kChunkBytes;
+  const uint32_t p1base = stage1 + Tr::kPChunk * Tr::kChunkBytes;
+  float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64]
+  float* s_l = smem_f + Tr::kOffL / 4;      // [2][64]
+
+  RowInfo ri;
+  ri.r0 = 16 * wq + g;
+  ri.r1 = ri.r0 + 8;
+  ri.v0 = d.row0 + ri.r0 < d.rows;
+  ri.v1 = d.row0 + ri.r1 < d.rows;
+  const int node0 = ri.v0 ? (d.row0 + ri.r0) / d.H : 0, node1 = ri.v1 ? (d.row0 + ri.r1) / d.H : 0;
+  ri.mrow0 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node0) * kp.p.mask_words);
+  ri.mrow1 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node1) * kp.p.mask_words);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  mbar_wait(smem + Tr::kBarQ, qphase);
+  for (int it = 0; it < n_blocks; it += 2) {
+    const bool has_b = it + 1 < n_blocks;
+    float s[32];
+    if (wg == 0) {
+      // S_A, softmax, P_A for WG1.
+      compute_s<T, Tr>(s, smem, 0, uses[0] & 1);
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(o);
+      mask_s(s, d, it, ri, q4);
+      float ma0 = m0, ma1 = m1;
+      row_max(s, ma0, ma1);
+      float rs0, rs1;
+      write_p<T>(s, ma0, ma1, sc, p0base, ri, q4, rs0, rs1);
+      if (q4 == 0) {
+        s_max[ri.r0] = ma0;
+        s_max[ri.r1] = ma1;
+      }
+      fence_proxy_async();
+      bar_sync(kBarWg0, 128);
+      bar_arrive(kBarA, 256);
+      // O_L += P_A V_A; stage 0 is free once it is done.
+      const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
+      l0 = l0 * a0 + rs0;
+      l1 = l1 * a1 + rs1;
+      scale_o(o, a0, a1);
+      compute_pv<T, Tr>(o, stage0, 0);
+      m0 = ma0;
+      m1 = ma1;
+      if (has_b) {
+        // O_L += P_B V_B at WG1's max. Once the row maxima settle (most blocks of a long prefix)
+        // B moved none of the group's rows: no rescale, so no wait between the two products.
+        bar_sync(kBarB, 256);
+        const float mb0 = s_max[64 + ri.r0], mb1 = s_max[64 + ri.r1];
+        const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
+        if (group_any(kBarWg0, b0 != 1.f || b1 != 1.f)) {
+          wgmma_wait<0>();
+          fence_regs(o);
+          l0 *= b0;
+          l1 *= b1;
+          scale_o(o, b0, b1);
+        }
+        compute_pv<T, Tr>(o, stage1, 0);
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(empty0);
+        wgmma_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(empty1);
+        m0 = mb0;
+        m1 = mb1;
+      } else {
+        wgmma_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(empty0);
+      }
+    } else {
+      // S_B runs while WG0 works on A; the softmax of B waits for WG0's max.
+      float mb0 = -INFINITY, mb1 = -INFINITY, rs0 = 0.f, rs1 = 0.f;
+      if (has_b) {
+        compute_s<T, Tr>(s, smem, 1, uses[1] & 1);
+        wgmma_wait<0>();
+        fence_regs(s);
+        fence_regs(o);
+        mask_s(s, d, it + 1, ri, q4);
+        row_max(s, mb0, mb1);
+      }
+      bar_sync(kBarA, 256);
+      const float ma0 = s_max[ri.r0], ma1 = s_max[ri.r1];
+      mb0 = fmaxf(mb0, ma0);
+      mb1 = fmaxf(mb1, ma1);
+      if (has_b) {
+        write_p<T>(s, mb0, mb1, sc, p1base, ri, q4, rs0, rs1);
+        if (q4 == 0) {
+          s_max[64 + ri.r0] = mb0;
+          s_max[64 + ri.r1] = mb1;
+        }
+        fence_proxy_async();
+        bar_arrive(kBarB, 256);
+      }
+      // O_R += P_A V_A at WG0's max, then O_R += P_B V_B at this group's.
+      scale_o(o, rescale(m0, ma0, sc), rescale(m1, ma1, sc));
+      compute_pv<T, Tr>(o, stage0, 1);
+      if (has_b) {
+        // The vote is also the barrier after which every thread's P_B is written.
+        const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
+        if (group_any(kBarWg1, b0 != 1.f || b1 != 1.f)) {
+          wgmma_wait<0>();
+          fence_regs(o);
+          scale_o(o, b0, b1);
+        }
+        compute_pv<T, Tr>(o, stage1, 1);
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(empty0);
+        wgmma_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(empty1);
+      } else {
+        wgmma_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(empty0);
+      }
+      l0 = l0 * rescale(m0, mb0, sc) + rs0;
+      l1 = l1 * rescale(m1, mb1, sc) + rs1;
+      m0 = mb0;
+      m1 = mb1;
+    }
+    ++uses[0];
+    if (has_b) ++uses[1];
+  }
+
+  // ---- epilogue: add the two groups' row sums ----
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (q4 == 0) {
+    s_l[64 * wg + ri.r0] = l0;
+    s_l[64 * wg + ri.r1] = l1;
+  }
+  bar_sync(kBarBoth, 256);
+  l0 += s_l[64 * (1 - wg) + ri.r0];
+  l1 += s_l[64 * (1 - wg) + ri.r1];
+
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
+  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
+  constexpr float kLn2 = 0.69314718055994530942f;
+  const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
+  const int64_t grow1 = grow0 + 8;
+  if (d.rs.splits == 1) {
+    T* out = static_cast<T*>(kp.o);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int col = 256 * wg + 8 * i + 2 * q4;
+      if (ri.v0)
+        *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) =
+            pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+      if (ri.v1)
+        *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) =
+            pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+    }
+    if (wg == 0 && q4 == 0) {
+      if (ri.v0) kp.lse[grow0] = lse0 * kLn2;
+      if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
+    }
+  } else {
+    const int64_t slot = d.rs.part_base + static_cast<int64_t>(d.split) * d.rs.tiles + d.tile;
+    float* po = kp.part_o + slot * kBlockM * kHeadDimV;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int col = 256 * wg + 8 * i + 2 * q4;
+      if (ri.v0)
+        *reinterpret_cast<float2*>(po + ri.r0 * kHeadDimV + col) =
+            make_float2(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+      if (ri.v1)
+        *reinterpret_cast<float2*>(po + ri.r1 * kHeadDimV + col) =
+            make_float2(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+    }
+    if (wg == 0 && q4 == 0) {
+      if (ri.v0) kp.part_lse[slot * kBlockM + ri.r0] = lse0;
+      if (ri.v1) kp.part_lse[slot * kBlockM + ri.r1] = lse1;
+    }
+  }
+}
+
+// The next work item for the whole CTA: both roles call this in step (it holds the CTA-wide
+// barriers); false when the work list is done.
+template <class Tr>
+__device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, int* s_item,
+                                          uint32_t* s_tail_bits) {
+  const int tid = threadIdx.x;
+  if (tid == 0) *s_item = atomicAdd(&kp.hdr->counter, 1);
+  if (tid < 2) s_tail_bits[tid] = 0;
+  bar_sync(0, Tr::kThreads);
+  const int item = __shfl_sync(0xffffffffu, *s_item, 0);
+  if (item >= kp.hdr->num_items) return false;
+  d.b = find_base(kp.item_base, kp.p.batch, item);
+  const int local = item - kp.item_base[d.b];
+  d.rs = kp.sched[d.b];
+  d.tile = local % d.rs.tiles;
+  d.split = local / d.rs.tiles;
+  d.H = kp.p.num_heads;
+  d.rows = d.rs.q_len * d.H;
+  d.row0 = d.tile * kBlockM;
+  const int pb_begin = static_cast<int>(static_cast<int64_t>(d.split) * d.rs.pblocks / d.rs.splits);
+  const int pb_end =
+      static_cast<int>(static_cast<int64_t>(d.split + 1) * d.rs.pblocks / d.rs.splits);
+  d.kbeg = pb_begin * 32;
+  d.kend = min(pb_end * 32, d.rs.prefix_len);
+  d.n_pfx = d.kend > d.kbeg ? (d.kend - d.kbeg + 63) / 64 : 0;
+  const bool do_tail =
+      kp.p.part != VerifyPart::kPrefix && d.split == d.rs.splits - 1 && d.rs.q_len > 0;
+  // Tail blocks some row of the tile can see: OR the mask rows of the tile's nodes.
+  if (do_tail) {
+    const int node_lo = d.row0 / d.H;
+    const int node_hi = (min(d.row0 + kBlockM, d.rows) - 1) / d.H;
+    const int words = kp.p.mask_words;
+    const int n_pairs = (node_hi - node_lo + 1) * words;
+    for (int idx = tid; idx < n_pairs; idx += Tr::kThreads) {
+      const int node = node_lo + idx / words, w = idx - (idx / words) * words;
+      const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(d.rs.q_start + node) * words + w];
+      const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
+                            (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
+      if (bits) atomicOr(&s_tail_bits[(2 * w) >> 5], bits << ((2 * w) & 31));
+    }
+  }
+  bar_sync(0, Tr::kThreads);
+  d.tail_bits = 0;
+  if (do_tail) {
+    const int tblocks = (d.rs.q_len + 31) / 32;
+    d.tail_bits = (static_cast<uint64_t>(s_tail_bits[1]) << 32) | s_tail_bits[0];
+    if (tblocks < 64) d.tail_bits &= (uint64_t{1} << tblocks) - 1;
+  }
+  d.n_tail = __popcll(d.tail_bits);
+  d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + (d.n_tail + 1) / 2, 0);
+  return true;
+}
+
+#endif  // TREEMLA_HAS_WGMMA
+
+template <typename T, class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    verify_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
+#if TREEMLA_HAS_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ int s_item;
+  __shared__ uint32_t s_tail_bits[2];
+  // The swizzle needs 1024-byte-aligned chunks; the allocation has kSmemBytes - kSmemUsed spare.
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t smem = (raw + 1023u) & ~1023u;
+  float* smem_f = reinterpret_cast<float*>(smem_raw + (smem - raw));
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < Tr::kStages; ++st) {
+      for (int part = 0; part < Tr::kLoadParts; ++part)
+        mbar_init(smem + Tr::bar_full(st, part), 128);  // the producer threads' cp.async arrivals
+      mbar_init(smem + Tr::bar_empty(st), 8);           // one arrival per compute warp
+    }
+    mbar_init(smem + Tr::kBarQ, 128);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  uint32_t uses[2] = {0u, 0u};  // fills of each stage so far (the mbarrier phases)
+  Item d;
+  // Warp-uniform for the compiler (a shuffle of lane 0): wgmma under a branch it thinks divergent
+  // gets serialized. The roles run separate loops (setmaxnreg sizes each region on its own) and
+  // meet at next_item's CTA barriers.
+  if (__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0) == 2) {
+    warpgroup_reg_dealloc<Tr::kProducerRegs>();
+    while (next_item<Tr>(kp, d, &s_item, s_tail_bits)) {
+      produce_item<T, Tr>(kp, d, smem, uses);
+      bar_sync(0, Tr::kThreads);  // shared memory and s_item are reused by the next item
+    }
+  } else {
+    warpgroup_reg_alloc<Tr::kComputeRegs>();
+    uint32_t items_done = 0;
+    while (next_item<Tr>(kp, d, &s_item, s_tail_bits)) {
+      compute_item<T, Tr>(kp, d, smem, smem_f, uses, items_done & 1);
+      ++items_done;
+      bar_sync(0, Tr::kThreads);
+    }
+  }
+#else
+  __trap();  // the sm90a family runs only where sm_90a code was compiled
+#endif
+}
+
+}  // namespace treemla::cuda::sm90a
+
+namespace treemla::cuda {
+
+template <class Tr>
+KernelEntry make_sm90a_entry() {
+  using T = typename Tr::Element;
+  return {reinterpret_cast<const void*>(&sm90a::verify_main_kernel<T, Tr>),
+          Tr::kThreads,
+          Tr::kSmemBytes,
+          1,
+          0,
+          kMinCcWgmma,
+          kMaxCcWgmma};
+}
+
+}  // namespace treemla::cuda

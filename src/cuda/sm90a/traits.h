@@ -1,0 +1,63 @@
+// The configuration of the sm90a verify family (src/cuda/sm90a/kernel.cuh) and its shared-memory
+// plan. One configuration: it needs the 227 KB of an sm_90 CTA (Q and two 64-key KV blocks,
+// 72 KB each), so it has no 99 KB variant; sm_120 has no wgmma anyway.
+#pragma once
+
+#include "cuda/arch.h"
+#include "cuda/common/verify_kernel_params.h"
+
+namespace treemla::cuda {
+
+template <typename T>
+struct Sm90aTraits {
+  using Element = T;                  // q, o
+  using KvElement = T;                // kv_cache
+  static constexpr int kBlockN = 64;  // keys per KV block (two 32-key blocks of the schedule)
+  static constexpr int kStages = 2;   // one block per consumer warpgroup
+  // Three warpgroups: 0 and 1 compute (output columns [0, 256) and [256, 512)), 2 loads. The
+  // launch gives 168 registers a thread; setmaxnreg moves the producer's to the compute groups.
+  static constexpr int kThreads = 3 * 128;
+  static constexpr int kComputeRegs = 224;
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168
+  static_assert(2 * kComputeRegs + kProducerRegs <= 3 * kLaunchRegs,
+                "setmaxnreg budget of the CTA (.inc waits forever past it)");
+
+  // A [64 rows][576] tile (Q, or a KV block): 9 chunks of 64 columns, each 64 rows x 128 bytes,
+  // 128-byte swizzled (wgmma.cuh). The rope chunk (8) of a KV block holds P once S is computed.
+  static constexpr int kChunks = kHeadDimQK / 64;
+  static constexpr int kChunkBytes = 64 * 128;
+  static constexpr int kTileBytes = kChunks * kChunkBytes;
+  static constexpr int kPChunk = kChunks - 1;
+
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffStages = kOffQ + kTileBytes;
+  static constexpr int kOffMax = kOffStages + kStages * kTileBytes;  // [2][64] fp32 row maxima
+  static constexpr int kOffL = kOffMax + 2 * kBlockM * 4;            // [2][64] fp32 row sums
+  // mbarriers: full[stage][part] (a stage lands in kLoadParts parts of 3 chunks, so S can start
+  // on the first part while the rest is in flight), empty[stage], and qfull.
+  static constexpr int kLoadParts = 3;
+  static constexpr int kChunksPerPart = kChunks / kLoadParts;
+  static constexpr int kOffBars = kOffL + 2 * kBlockM * 4;
+  static constexpr int kNumBars = kStages * kLoadParts + kStages + 1;
+  static constexpr int bar_full(int stage, int part) {
+    return kOffBars + 8 * (stage * kLoadParts + part);
+  }
+  static constexpr int bar_empty(int stage) {
+    return kOffBars + 8 * (kStages * kLoadParts + stage);
+  }
+  static constexpr int kBarQ = kOffBars + 8 * (kStages * kLoadParts + kStages);
+  static constexpr int kSmemUsed = kOffBars + kNumBars * 8;
+  // The dynamic allocation is only 16-byte aligned; the kernel rounds its base up to 1024 bytes
+  // (the swizzle atom), so ask for that much more.
+  static constexpr int kSmemBytes = kSmemUsed + 1024;
+
+  static_assert(kBlockM == 64 && kBlockN == 64, "Q and KV tiles are both 64 rows");
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  static_assert(kOffStages % 1024 == 0 && kTileBytes % 1024 == 0, "1024-byte swizzle atoms");
+  static_assert(kChunksPerPart * kLoadParts == kChunks, "parts of whole chunks");
+};
+
+static_assert(Sm90aTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");
+
+}  // namespace treemla::cuda
