@@ -1,23 +1,64 @@
 #!/usr/bin/env bash
-# One GPU call of this session: correctness, the kernel families at the peers' shapes, timing
-# ablations of the cluster family, the verify cost table, and the peers. Binaries come prebuilt
-# in .gpu/ (built here for 90a-real); results go to $OUT.
+# GPU calls of a session, by steps. Binaries come prebuilt in .gpu/ (built here for 90a-real:
+# treemla, treemla_gpu_tests, and optional variants .gpu/treemla-<name>); results go to $OUT.
+# Usage: scripts/gpu-final.sh COMMIT "STEPS", STEPS from:
+#   tests     every GPU test, every family and configuration
+#   family F  (as "family:F") the GPU tests of one family (TREEMLA_TEST_FAMILY)
+#   sanitize  compute-sanitizer memcheck and racecheck on the sm90a family
+#   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
+#             page-size-1 and tail cases (bench.json / bench.txt)
+#   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
+#   cost      the verify cost table of the default family (cost-table.json)
+#   peers     FlashInfer fa2/fa3 (and SGLang when its files are in .peers) at the peers' shapes,
+#             joined with bench.json of the same call (run "bench peers" together)
 set -u
 cd "$(dirname "$0")/.."
 S=$(date +%s)
 t() { echo "[$(( $(date +%s) - S ))s] $*"; }
 G=.gpu
-timeout 120 $G/treemla_gpu_tests --gtest_filter='VerifyGpu.*' > $OUT/gpu-tests.log 2>&1; t "tests rc=$?"
-grep -E "^\[  (FAILED|PASSED) " $OUT/gpu-tests.log
+C=${1:-unknown}
+STEPS=${2:-tests bench}
 PEERS="1:8:65:185000:64;1:8:65:131072:64;1:16:16:131072:64;1:16:65:131072:64;8:16:65:32768:64;1:128:64:131072:64;8:16:1:131072:64;8:128:1:32768:64"
-timeout 200 $G/treemla bench --cases "$PEERS;1:8:1:0:64" --reps 10 --commit "${1:-unknown}" --json $OUT/bench-peer-shapes.json > $OUT/bench-peer-shapes.txt 2>&1; t "bench rc=$?"
-grep -E "^(cpasync|cluster) " $OUT/bench-peer-shapes.txt | cut -c1-80
-for m in 0 8 32 64 104; do
-  echo "ablation $m: $(TREEMLA_WAIT_MODE=$m timeout 60 $G/treemla bench --cases 1:8:65:131072:64 --families cluster --tiles smem99k --reps 5 2>&1 | grep '^cluster' | cut -c1-75)"
-done > $OUT/ablations.txt; cat $OUT/ablations.txt; t ablations
-timeout 120 $G/treemla bench --cost-table $OUT/cost-table.json --reps 3 --commit "${1:-unknown}" > $OUT/cost-table.txt 2>&1; t "cost table rc=$?"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl > $OUT/pip.log 2>&1
-export PYTHONPATH=/tmp/site FLASHINFER_CUDA_ARCH_LIST=9.0a PYTHONUNBUFFERED=1
-timeout 300 python3 bench/peers.py --cases "$PEERS" --json $OUT/peers.json --commit "${1:-unknown}" \
-  --bench-json $OUT/bench-peer-shapes.json > $OUT/peers.txt 2>&1; t "peers rc=$?"
-tail -25 $OUT/peers.txt
+EXTRA="1:8:1:0:64;8:16:65:32768:1;1:8:65:185000:1"
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+for step in $STEPS; do
+  case $step in
+    tests)
+      timeout 420 $G/treemla_gpu_tests > $OUT/gpu-tests.log 2>&1; t "all GPU tests rc=$?"
+      grep -E "^\[  (FAILED|PASSED) " $OUT/gpu-tests.log ;;
+    family:*)
+      f=${step#family:}
+      TREEMLA_TEST_FAMILY=$f timeout 300 $G/treemla_gpu_tests --gtest_filter='VerifyGpu.*:VerifyOracle.*' \
+        > $OUT/gpu-tests-$f.log 2>&1; t "$f GPU tests rc=$?"
+      grep -E "^\[  (FAILED|PASSED) " $OUT/gpu-tests-$f.log ;;
+    sanitize)
+      TREEMLA_TEST_FAMILY=sm90a timeout 120 compute-sanitizer --tool memcheck $G/treemla_gpu_tests \
+        --gtest_filter='VerifyGpu.TreeShapes:VerifyGpu.RaggedBatch:VerifyGpu.BadPageIndexIsReported' \
+        > $OUT/memcheck.log 2>&1; t "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log
+      TREEMLA_TEST_FAMILY=sm90a timeout 120 compute-sanitizer --tool racecheck $G/treemla_gpu_tests \
+        --gtest_filter='VerifyGpu.TreeShapes' > $OUT/racecheck.log 2>&1
+      t "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log ;;
+    bench)
+      timeout 200 $G/treemla bench --cases "$PEERS;$EXTRA" --reps 10 --commit "$C" \
+        --json $OUT/bench.json > $OUT/bench.txt 2>&1; t "bench rc=$?"
+      grep -E "^(sm90a|cpasync|cluster|#) " $OUT/bench.txt | cut -c1-112 ;;
+    variants)
+      for v in $G/treemla-*; do
+        [ -e "$v" ] || continue
+        n=${v##*/treemla-}
+        timeout 100 $v bench --cases "$PEERS" --families sm90a --tiles smem-large --reps 10 \
+          --commit "$C-$n" > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
+        grep -E "^sm90a " $OUT/bench-variant-$n.txt | cut -c1-100
+      done ;;
+    cost)
+      timeout 200 $G/treemla bench --cost-table $OUT/cost-table.json --reps 3 --commit "$C" \
+        > $OUT/cost-table.txt 2>&1; t "cost table rc=$?" ;;
+    peers)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl > $OUT/pip.log 2>&1
+      export PYTHONPATH=/tmp/site FLASHINFER_CUDA_ARCH_LIST=9.0a PYTHONUNBUFFERED=1
+      timeout 420 python3 bench/peers.py --cases "$PEERS" --impls fa2,fa3 --json $OUT/peers.json \
+        --commit "$C" --bench-json $OUT/bench.json > $OUT/peers.txt 2>&1; t "peers rc=$?"
+      tail -30 $OUT/peers.txt ;;
+  esac
+done
