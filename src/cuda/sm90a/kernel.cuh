@@ -60,6 +60,9 @@ constexpr int kBarB = 2;     // WG1 arrives, WG0 waits: P_B and mB
 constexpr int kBarWg0 = 3;   // WG0 alone: its P_A writes are all done
 constexpr int kBarWg1 = 4;   // WG1 alone: its P_B writes are all done
 constexpr int kBarBoth = 5;  // WG0 + WG1: the epilogue's row-sum swap
+// All 384 threads at item boundaries. Not barrier 0: the roles reach it from their own loops,
+// and compute-sanitizer racecheck takes barrier 0 for __syncthreads at one place in the code.
+constexpr int kBarItem = 6;
 
 // One work item as every warpgroup sees it.
 struct Item {
@@ -392,16 +395,16 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
         }
         compute_pv<T, Tr>(o, stage1, 0);
         wgmma_wait<1>();
-        if (lane == 0) mbar_arrive(empty0);
+        mbar_arrive(empty0);
         wgmma_wait<0>();
         fence_regs(o);
-        if (lane == 0) mbar_arrive(empty1);
+        mbar_arrive(empty1);
         m0 = mb0;
         m1 = mb1;
       } else {
         wgmma_wait<0>();
         fence_regs(o);
-        if (lane == 0) mbar_arrive(empty0);
+        mbar_arrive(empty0);
       }
     } else {
       // S_B runs while WG0 works on A; the softmax of B waits for WG0's max.
@@ -440,14 +443,14 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
         }
         compute_pv<T, Tr>(o, stage1, 1);
         wgmma_wait<1>();
-        if (lane == 0) mbar_arrive(empty0);
+        mbar_arrive(empty0);
         wgmma_wait<0>();
         fence_regs(o);
-        if (lane == 0) mbar_arrive(empty1);
+        mbar_arrive(empty1);
       } else {
         wgmma_wait<0>();
         fence_regs(o);
-        if (lane == 0) mbar_arrive(empty0);
+        mbar_arrive(empty0);
       }
       l0 = l0 * rescale(m0, mb0, sc) + rs0;
       l1 = l1 * rescale(m1, mb1, sc) + rs1;
@@ -522,7 +525,7 @@ __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d,
   const int tid = threadIdx.x;
   if (tid == 0) *s_item = atomicAdd(&kp.hdr->counter, 1);
   if (tid < 2) s_tail_bits[tid] = 0;
-  bar_sync(0, Tr::kThreads);
+  bar_sync(kBarItem, Tr::kThreads);
   const int item = __shfl_sync(0xffffffffu, *s_item, 0);
   if (item >= kp.hdr->num_items) return false;
   d.b = find_base(kp.item_base, kp.p.batch, item);
@@ -555,7 +558,7 @@ __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d,
       if (bits) atomicOr(&s_tail_bits[(2 * w) >> 5], bits << ((2 * w) & 31));
     }
   }
-  bar_sync(0, Tr::kThreads);
+  bar_sync(kBarItem, Tr::kThreads);
   d.tail_bits = 0;
   if (do_tail) {
     const int tblocks = (d.rs.q_len + 31) / 32;
@@ -584,7 +587,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int st = 0; st < Tr::kStages; ++st) {
       for (int part = 0; part < Tr::kLoadParts; ++part)
         mbar_init(smem + Tr::bar_full(st, part), 128);  // the producer threads' cp.async arrivals
-      mbar_init(smem + Tr::bar_empty(st), 8);           // one arrival per compute warp
+      mbar_init(smem + Tr::bar_empty(st), 256);         // every compute thread, after its wait
     }
     mbar_init(smem + Tr::kBarQ, 128);
     fence_mbar_init();
@@ -599,7 +602,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     warpgroup_reg_dealloc<Tr::kProducerRegs>();
     while (next_item<Tr>(kp, d, &s_item, s_tail_bits)) {
       produce_item<T, Tr>(kp, d, smem, uses);
-      bar_sync(0, Tr::kThreads);  // shared memory and s_item are reused by the next item
+      bar_sync(kBarItem, Tr::kThreads);  // shared memory and s_item are reused by the next item
     }
   } else {
     warpgroup_reg_alloc<Tr::kComputeRegs>();
@@ -607,7 +610,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     while (next_item<Tr>(kp, d, &s_item, s_tail_bits)) {
       compute_item<T, Tr>(kp, d, smem, smem_f, uses, items_done & 1);
       ++items_done;
-      bar_sync(0, Tr::kThreads);
+      bar_sync(kBarItem, Tr::kThreads);
     }
   }
 #else
