@@ -59,7 +59,7 @@ COMPARE_CONFIG_KEYS = {"seed", "rounds", "depth", "top_k", "target", "accept_pro
 COMPARE_RESULT_KEYS = {"prompt", "auto", "fixed", "best_listed", "best_any", "single"}
 # The committed H200 table (tools/CMakeLists.txt installs it as the default).
 H200_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "results",
-                          "2026-11-30_h200_e01b288_cost-table.json")
+                          "2026-11-30_h200_dff458e_cost-table.json")
 
 # The summary of a simulate run: one line per topic, in this order.
 SUMMARY_LINES = [
