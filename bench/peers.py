@@ -7,6 +7,8 @@ Peers (installed from PyPI when the benchmark runs; nothing of theirs is in this
             mask, so it computes the prefix part only: every query row attends the whole prefix.
   sglang    SGLang's Triton extend_attention_fwd (sglang 0.5.23) with the tree mask over a page-1
             cache: what a serving engine runs for tree verify on MLA today.
+FlashMLA is not among them: it has no wheel on PyPI (checked 2026-11-30: pip finds no
+distribution of flash-mla or flash_mla), so fa3 is the Hopper wgmma peer.
 
 Method, the same as `treemla bench`: random bf16 inputs, pages scattered in a random order,
 enough copies of the cache that one rotation touches more than 3x the L2; one CUDA graph holds

@@ -57,6 +57,8 @@ struct VerifyPlan {
   int num_ctas = 0;       // persistent grid of the main kernel (a multiple of cluster)
   int target_items = 0;   // work items the schedule aims for (one per CTA or CTA pair)
   int partial_slots = 0;  // capacity for split partial states
+  // About 8 x num_ctas x 128 KB (the partial states of up to 8 waves of split work items, see
+  // the schedule), e.g. 138 MB for 132 SMs; allocate once per plan and reuse it across layers.
   size_t workspace_bytes = 0;
   size_t workspace_init_bytes = 0;  // leading bytes that must be zero before the first use
 };
