@@ -15,7 +15,7 @@
 # Environment:
 #   TREEMLA_BUILD_CUDA    auto (default) | 1 (fail if CUDA cannot be built) | 0 (CPU only)
 #   TORCH_CUDA_ARCH_LIST  e.g. "9.0" or "8.0;9.0a;12.0+PTX"; default: the visible GPUs'
-#                         architectures, else sm_80, 86, 89, 90, 100, 120 (+ compute_120 PTX)
+#                         architectures (9.0 as 9.0a), else sm_80, 86, 89, 90a, 100, 120 (+ compute_120 PTX)
 #   MAX_JOBS              parallel compile jobs (ninja)
 import glob
 import os
@@ -60,7 +60,7 @@ except ImportError as exc:
              "against the torch you run with: install torch first (e.g. pip install torch), then\n%s"
              % (exc, INSTALL_HINT))
 
-DEFAULT_ARCHS = ["8.0", "8.6", "8.9", "9.0", "10.0", "12.0+PTX"]
+DEFAULT_ARCHS = ["8.0", "8.6", "8.9", "9.0a", "10.0", "12.0+PTX"]
 
 
 def rel(pattern, recursive=False):
@@ -101,7 +101,8 @@ def arch_entries():
         return [e for e in re.split(r"[;\s]+", env) if e]
     if torch.cuda.is_available():
         caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
-        return ["%d.%d" % c for c in sorted(caps)]
+        # 9.0 as 9.0a: the sm90a (wgmma) family exists only in sm_90a code, which runs on 9.0.
+        return ["9.0a" if c == (9, 0) else "%d.%d" % c for c in sorted(caps)]
     return list(DEFAULT_ARCHS)
 
 

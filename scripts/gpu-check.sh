@@ -37,7 +37,7 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
 fi
 if [ -z "${SKIP_PYTHON:-}" ] && python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
   # The binding with its CUDA kernels against the installed torch, then its GPU tests.
-  run env TREEMLA_BUILD_CUDA=1 MAX_JOBS="$(nproc)" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
+  run env TREEMLA_BUILD_CUDA=1 MAX_JOBS="$(nproc)" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0a}" \
     python3 -m pip install -q --no-build-isolation --no-deps ./python
   run python3 -m pytest -q python/tests
 fi

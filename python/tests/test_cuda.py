@@ -72,6 +72,8 @@ def test_verify_cuda_each_tile_configuration(tile, family):
     if family == "sm90a":
         if (props.major, props.minor) != (9, 0):
             pytest.skip(f"the sm90a family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
+        if "90a" not in treemla.compiled_architectures().split():
+            pytest.skip("the binding was built without sm_90a code (TORCH_CUDA_ARCH_LIST=9.0a)")
         if tile == "smem99k":
             with pytest.raises(RuntimeError, match="only the smem-large"):
                 treemla.plan_verify(4, 300, 16, device="cuda", tile=tile, family=family)
