@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <stdexcept>
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -170,6 +171,10 @@ inline std::vector<GpuConfig> configs_to_test() {
     std::vector<GpuConfig> kept;
     for (const GpuConfig& c : out)
       if (std::string(cuda::kernel_family_name(c.family)) == only) kept.push_back(c);
+    // A name that matches nothing would let every test pass without running a kernel.
+    if (kept.empty())
+      throw std::runtime_error(std::string("TREEMLA_TEST_FAMILY=") + only +
+                               " names no family this device runs (cpasync, cluster, sm90a)");
     out = kept;
   }
   return out;
