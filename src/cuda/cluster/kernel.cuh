@@ -88,36 +88,6 @@ __device__ __forceinline__ V sub(int g, V a, V b) {
   return g ? b : a;
 }
 
-// Tail blocks that some row of the tile can see: OR of the mask rows of the tile's nodes,
-// computed by the calling warp (all lanes return the same value).
-__device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
-                                                   const RequestSched& rs, int tile, int lane) {
-  const int H = kp.p.num_heads;
-  const int rows = rs.q_len * H;
-  const int row0 = tile * kBlockM;
-  const int node_lo = row0 / H, node_hi = (min(row0 + kBlockM, rows) - 1) / H;
-  const int words = kp.p.mask_words;
-  const int n_pairs = (node_hi - node_lo + 1) * words;
-  uint32_t lo = 0, hi = 0;  // blocks 0..31, 32..63
-  for (int idx = lane; idx < n_pairs; idx += 32) {
-    const int node = node_lo + idx / words, w = idx - (idx / words) * words;
-    const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(rs.q_start + node) * words + w];
-    // 32-node blocks 2w and 2w+1 hold bits [64w, 64w+32) and [64w+32, 64w+64).
-    const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
-                          (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
-    if (2 * w < 32)
-      lo |= bits << (2 * w);
-    else
-      hi |= bits << (2 * w - 32);
-  }
-  lo = __reduce_or_sync(0xffffffffu, lo);
-  hi = __reduce_or_sync(0xffffffffu, hi);
-  uint64_t t = (static_cast<uint64_t>(hi) << 32) | lo;
-  const int tblocks = (rs.q_len + 31) / 32;
-  if (tblocks < 64) t &= (uint64_t{1} << tblocks) - 1;
-  return t;
-}
-
 __device__ __forceinline__ Item decode_item(const VerifyKernelParams& kp, int item, int lane) {
   Item it;
   it.b = find_base(kp.item_base, kp.p.batch, item);
@@ -131,11 +101,9 @@ __device__ __forceinline__ Item decode_item(const VerifyKernelParams& kp, int it
       kp.p.part != VerifyPart::kPrefix && it.rs.q_len > 0 && first + nsub == it.rs.splits;
   const uint64_t tbits = tail_item ? tile_tail_bits(kp, it.rs, it.tile, lane) : 0;
   auto range = [&](int s, int& pb_begin, int& n_pb) {
-    // 32-bit is exact: pblocks <= kMaxPrefixLen / 32 = 2^15 and s <= splits <= pblocks.
-    const int pb0 = s * it.rs.pblocks / it.rs.splits;
-    const int pb1 = (s + 1) * it.rs.pblocks / it.rs.splits;
-    pb_begin = pb0;
-    n_pb = max(0, pb1 - pb0);
+    int pb_end;
+    split_range(it.rs, s, pb_begin, pb_end);
+    n_pb = max(0, pb_end - pb_begin);
   };
   it.split0 = first;
   range(first, it.pb_begin0, it.n_pb0);

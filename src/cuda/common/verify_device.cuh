@@ -1,6 +1,7 @@
 // Device helpers shared by the verify kernels (schedule, main, combine): recording a device-side
-// check's failure in the workspace header, finding which request a work item belongs to, and the
-// small arithmetic both main-kernel families use (exp2, the k-th set bit of the tail bitmap).
+// check's failure in the workspace header, finding which request a work item belongs to, a
+// split's prefix blocks, the tail blocks a row tile can see, and the small arithmetic the
+// main-kernel families share (exp2, the k-th set bit of the tail bitmap).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,44 @@ __device__ __forceinline__ int find_base(const int* base, int n, int x) {
       hi = mid - 1;
   }
   return lo;
+}
+
+// Prefix blocks [begin, end) of split `s` of a request: its pblocks cut into rs.splits near-equal
+// ranges (RequestSched).
+__device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& begin, int& end) {
+  begin = static_cast<int>(static_cast<int64_t>(s) * rs.pblocks / rs.splits);
+  end = static_cast<int>(static_cast<int64_t>(s + 1) * rs.pblocks / rs.splits);
+}
+
+// Tail blocks (32 tree nodes each) that some row of row tile `tile` can see: bit j set when the
+// OR of the mask rows of the tile's nodes has a bit in [32 j, 32 j + 32). Computed by the calling
+// warp (every lane gets the same value).
+__device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
+                                                   const RequestSched& rs, int tile, int lane) {
+  const int H = kp.p.num_heads;
+  const int rows = rs.q_len * H;
+  const int row0 = tile * kBlockM;
+  const int node_lo = row0 / H, node_hi = (min(row0 + kBlockM, rows) - 1) / H;
+  const int words = kp.p.mask_words;
+  const int n_pairs = (node_hi - node_lo + 1) * words;
+  uint32_t lo = 0, hi = 0;  // blocks 0..31, 32..63
+  for (int idx = lane; idx < n_pairs; idx += 32) {
+    const int node = node_lo + idx / words, w = idx - (idx / words) * words;
+    const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(rs.q_start + node) * words + w];
+    // 32-node blocks 2w and 2w+1 hold bits [64w, 64w+32) and [64w+32, 64w+64).
+    const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
+                          (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
+    if (2 * w < 32)
+      lo |= bits << (2 * w);
+    else
+      hi |= bits << (2 * w - 32);
+  }
+  lo = __reduce_or_sync(0xffffffffu, lo);
+  hi = __reduce_or_sync(0xffffffffu, hi);
+  uint64_t t = (static_cast<uint64_t>(hi) << 32) | lo;
+  const int tblocks = (rs.q_len + 31) / 32;
+  if (tblocks < 64) t &= (uint64_t{1} << tblocks) - 1;
+  return t;
 }
 
 }  // namespace treemla::cuda

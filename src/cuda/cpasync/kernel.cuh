@@ -126,7 +126,6 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   constexpr int kStages = Tr::kStages;
   T* sKV = reinterpret_cast<T*>(smem);
   float* sS = reinterpret_cast<float*>(smem + Tr::kKVBytes);
-  __shared__ uint32_t s_tail_bits[2];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rg = warp >> 1, half = warp & 1;  // a row group's two halves sit on two schedulers
@@ -137,36 +136,12 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   const int rows = rs.q_len * H;
   const int row0 = tile * kBlockM;
 
-  // This item's prefix blocks.
-  const int pb_begin = static_cast<int>(static_cast<int64_t>(split) * rs.pblocks / rs.splits);
-  const int pb_end = static_cast<int>(static_cast<int64_t>(split + 1) * rs.pblocks / rs.splits);
+  // This item's prefix blocks, and the tail blocks some row of the tile can see.
+  int pb_begin, pb_end;
+  split_range(rs, split, pb_begin, pb_end);
   const int n_pb = max(0, pb_end - pb_begin);
   const bool do_tail = kp.p.part != VerifyPart::kPrefix && split == rs.splits - 1 && rs.q_len > 0;
-
-  // Tail blocks that some row of the tile can see: OR the mask rows of the tile's nodes.
-  if (tid < 2) s_tail_bits[tid] = 0;
-  __syncthreads();
-  if (do_tail) {
-    const int node_lo = row0 / H;
-    const int node_hi = (min(row0 + kBlockM, rows) - 1) / H;
-    const int words = kp.p.mask_words;
-    const int n_pairs = (node_hi - node_lo + 1) * words;
-    for (int idx = tid; idx < n_pairs; idx += Tr::kThreads) {
-      const int node = node_lo + idx / words, w = idx - (idx / words) * words;
-      const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(rs.q_start + node) * words + w];
-      // 32-row blocks 2w and 2w+1 hold bits [64w, 64w+32) and [64w+32, 64w+64).
-      const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
-                            (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
-      if (bits) atomicOr(&s_tail_bits[(2 * w) >> 5], bits << ((2 * w) & 31));
-    }
-  }
-  __syncthreads();
-  uint64_t tail_bits = 0;
-  if (do_tail) {
-    const int tblocks = (rs.q_len + kBlockN - 1) / kBlockN;
-    tail_bits = (static_cast<uint64_t>(s_tail_bits[1]) << 32) | s_tail_bits[0];
-    if (tblocks < 64) tail_bits &= (uint64_t{1} << tblocks) - 1;
-  }
+  const uint64_t tail_bits = do_tail ? tile_tail_bits(kp, rs, tile, lane) : 0;
   const int n_blocks = n_pb + __popcll(tail_bits);
 
   auto desc = [&](int it) {

@@ -20,17 +20,21 @@
 //   WG0: waits for B; O_L = O_L * 2^(mA - mB) + P_B V_B[:, 0:256].
 // Both end the pair at row max mB. Each group keeps the row sums of the P it computed, at the
 // current max; the epilogue adds the two. Every S is computed once, every P V column once, and
-// one group's softmax runs while the other's products keep the tensor cores busy. When B moves
-// none of a group's row maxima (most pairs of a long prefix; a vote over the group), the group
-// skips the rescale and issues its second P V without waiting for the first.
-// Producer: per block, looks up the page of each of the 64 keys (four a thread), waits for the
-// stage to be free (both groups' products that read it have completed) and copies the 64 rows with
-// cp.async (16 bytes a copy, into the swizzled layout), zero-filling rows that are not keys (V
-// must be finite where P = 0). A stage lands in three parts of three chunks, each counted on its
-// own full mbarrier, so S starts on the first part while the rest is in flight. Q is loaded the
-// same way at the start of an item.
+// one group's softmax runs while the other's products keep the tensor cores busy. A group skips
+// the rescale when B moves none of its row maxima (most pairs of a long prefix); WG1 then also
+// issues its second P V without waiting for the first.
+// Stages are freed in three parts (traits.h): chunks 0-3 once WG0's P V on the stage is done,
+// chunks 4-7 once WG1's is, the rope chunk (P) once both are; WG0 waits for its P_A V_A before
+// waiting for WG1's softmax of B, so chunks 0-3 of stage 0 are refilled while the rest of the
+// pair is computed.
+// Producer: per block, waits for each part of the stage to be free and copies the 64 rows' columns
+// of that part with cp.async (16 bytes a copy, into the swizzled layout), zero-filling rows that
+// are not keys (V must be finite where P = 0); each part lands on its own full mbarrier, so S
+// starts on the first part while the rest is in flight. The page-table entries of a block are
+// read one block ahead and used after the wait. Q is loaded the same way at the start of an item.
 // Tried and dropped (docs/verify-kernel.md): L2 prefetch of later blocks by the producer (20%
-// slower), WG1 issuing P_A V_A before its softmax (no gain; slower on small items).
+// slower), WG1 issuing P_A V_A before its softmax (no gain; slower on small items), TMA copies of
+// whole 32-key halves (no faster than cp.async).
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
@@ -117,6 +121,49 @@ __device__ __forceinline__ float rescale(float m_old, float m_new, float sc) {
 // ---------------------------------------------------------------------------------------------
 // Producer (WG2, 128 threads). Thread p copies rows p / 8 + 16 j (j = 0..3), 16-byte unit p % 8
 // of each of the 9 chunks: a warp moves 4 rows x 128 contiguous bytes per instruction.
+
+// The page-table reads of one block's rows, issued a block ahead and used only after the wait
+// for the stage, so their latency (64 different entries a block at page size 1) overlaps it.
+struct PageLoads {
+  int key[4];   // key (logical row) of each of the thread's rows, -1: none
+  int page[4];  // its page-table entry as loaded (checked when used)
+};
+
+__device__ __forceinline__ void load_pages(const VerifyKernelParams& kp, const Item& d, int it,
+                                           int p, PageLoads& pl) {
+  const int64_t pt_row = static_cast<int64_t>(d.b) * kp.p.page_table_stride;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    pl.key[j] = it < d.n_blocks ? block_key(d, it, (p >> 3) + 16 * j) : -1;
+    const int entry = pl.key[j] >> kp.page_shift;
+    pl.page[j] = pl.key[j] >= 0 && entry < kp.p.page_table_stride
+                     ? __ldg(kp.p.page_table + pt_row + entry)
+                     : 0;
+  }
+}
+
+// Source offsets (elements) of the thread's rows, -1 where the row is not a key or its page
+// entry is bad (recorded; the row is zero-filled instead of read).
+__device__ __forceinline__ void row_sources(const VerifyKernelParams& kp, const Item& d,
+                                            const PageLoads& pl, int64_t (&src)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int t = pl.key[j], page = pl.page[j];
+    src[j] = -1;
+    if (t < 0) continue;
+    if ((t >> kp.page_shift) >= kp.p.page_table_stride) {
+      record_status(kp.hdr, kStatusStride, d.b, t, kp.p.page_table_stride);
+    } else if (page < 0 || page >= kp.p.num_pages) {
+      record_status(kp.hdr, kStatusPage, d.b, page, t);
+    } else {
+      src[j] =
+          (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
+    }
+  }
+}
+
+// cp.async of the thread's rows of chunks [c_begin, c_end); rows with src -1 are zero-filled (V
+// must be finite where P = 0).
 template <typename T>
 __device__ __forceinline__ void copy_rows(uint32_t dst, const T* base, const int64_t (&src)[4],
                                           int p, int c_begin, int c_end) {
@@ -136,6 +183,8 @@ template <typename T, class Tr>
 __device__ void produce_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
                              uint32_t (&uses)[2]) {
   const int p = threadIdx.x - 256;
+  PageLoads pl;
+  load_pages(kp, d, 0, p, pl);
   // Q rows of the tile (zero past the request's rows).
   {
     int64_t src[4];
@@ -148,35 +197,19 @@ __device__ void produce_item(const VerifyKernelParams& kp, const Item& d, uint32
     cp_async_mbar_arrive(smem + Tr::kBarQ);
   }
   const T* kv = static_cast<const T*>(kp.p.kv_cache);
-  const int64_t pt_row = static_cast<int64_t>(d.b) * kp.p.page_table_stride;
   for (int it = 0; it < d.n_blocks; ++it) {
     const int s = it & 1;
-    // Page lookups first: their latency overlaps the wait for the stage.
+    const uint32_t dst = smem + Tr::kOffStages + s * Tr::kTileBytes;
+    const uint32_t parity = (uses[s] & 1) ^ 1;
     int64_t src[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int t = block_key(d, it, (p >> 3) + 16 * j);
-      src[j] = -1;
-      if (t >= 0) {
-        const int entry = t >> kp.page_shift;
-        if (entry < kp.p.page_table_stride) {
-          const int page = __ldg(kp.p.page_table + pt_row + entry);
-          if (page >= 0 && page < kp.p.num_pages) {
-            src[j] = (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) *
-                     kHeadDimQK;
-          } else {
-            record_status(kp.hdr, kStatusPage, d.b, page, t);  // zero-filled instead of read
-          }
-        } else {
-          record_status(kp.hdr, kStatusStride, d.b, t, kp.p.page_table_stride);
-        }
-      }
-    }
-    mbar_wait(smem + Tr::bar_empty(s), (uses[s] & 1) ^ 1);
-    const uint32_t dst = smem + Tr::kOffStages + s * Tr::kTileBytes;
-#pragma unroll
     for (int part = 0; part < Tr::kLoadParts; ++part) {
-      copy_rows<T>(dst, kv, src, p, part * Tr::kChunksPerPart, (part + 1) * Tr::kChunksPerPart);
+      mbar_wait(smem + Tr::bar_empty(s, part), parity);
+      if (part == 0) {
+        row_sources(kp, d, pl, src);
+        load_pages(kp, d, it + 1, p, pl);  // the next block's entries, in flight meanwhile
+      }
+      copy_rows<T>(dst, kv, src, p, Tr::part_begin(part), Tr::part_end(part));
       cp_async_mbar_arrive(smem + Tr::bar_full(s, part));
     }
     ++uses[s];
@@ -200,8 +233,7 @@ __device__ __forceinline__ void compute_s(float (&s)[32], uint32_t smem, int sta
     fence_proxy_async();  // the part's cp.async writes, seen by wgmma
     wgmma_fence();
 #pragma unroll
-    for (int ci = 0; ci < Tr::kChunksPerPart; ++ci) {
-      const int c = part * Tr::kChunksPerPart + ci;
+    for (int c = Tr::part_begin(part); c < Tr::part_end(part); ++c) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const uint64_t off = static_cast<uint64_t>((c * 8192 + kk * 32) >> 4);
@@ -327,7 +359,13 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   const int wt = threadIdx.x & 127, wq = wt >> 5, lane = wt & 31;
   const int g = lane >> 2, q4 = lane & 3;
   const float sc = kp.scale_log2;
-  const uint32_t empty0 = smem + Tr::bar_empty(0), empty1 = smem + Tr::bar_empty(1);
+  // Frees what this group read of a stage: its V half (part wg) and, the other group's arrivals
+  // with it, the rope chunk that held P (part 2).
+  const uint32_t empty_base = smem + Tr::bar_empty(0, 0);
+  auto release = [&](int st) {
+    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + wg));
+    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 2));
+  };
   const uint32_t stage0 = smem + Tr::kOffStages, stage1 = stage0 + Tr::kTileBytes;
   const uint32_t p0base = stage0 + Tr::kPChunk * Tr::kChunkBytes;
   const uint32_t p1base = stage1 + Tr::kPChunk * Tr::kChunkBytes;
@@ -372,7 +410,9 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       fence_proxy_async();
       bar_sync(kBarWg0, 128);
       bar_arrive(kBarA, 256);
-      // O_L += P_A V_A; stage 0 is free once it is done.
+      // O_L += P_A V_A. WG0 has nothing to do until WG1's softmax of B, so it waits for the
+      // product here and frees chunks 0-3 of stage 0 at once (the producer refills them while
+      // the rest of the pair is computed).
       const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
       l0 = l0 * a0 + rs0;
       l1 = l1 * a1 + rs1;
@@ -380,31 +420,26 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       compute_pv<T, Tr>(o, stage0, 0);
       m0 = ma0;
       m1 = ma1;
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(0);
       if (has_b) {
         // O_L += P_B V_B at WG1's max. Once the row maxima settle (most blocks of a long prefix)
-        // B moved none of the group's rows: no rescale, so no wait between the two products.
+        // B moved none of the thread's rows, and the rescale is skipped.
         bar_sync(kBarB, 256);
         const float mb0 = s_max[64 + ri.r0], mb1 = s_max[64 + ri.r1];
         const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
-        if (group_any(kBarWg0, b0 != 1.f || b1 != 1.f)) {
-          wgmma_wait<0>();
-          fence_regs(o);
+        if (b0 != 1.f || b1 != 1.f) {
           l0 *= b0;
           l1 *= b1;
           scale_o(o, b0, b1);
         }
         compute_pv<T, Tr>(o, stage1, 0);
-        wgmma_wait<1>();
-        mbar_arrive(empty0);
         wgmma_wait<0>();
         fence_regs(o);
-        mbar_arrive(empty1);
+        release(1);
         m0 = mb0;
         m1 = mb1;
-      } else {
-        wgmma_wait<0>();
-        fence_regs(o);
-        mbar_arrive(empty0);
       }
     } else {
       // S_B runs while WG0 works on A; the softmax of B waits for WG0's max.
@@ -443,14 +478,14 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
         }
         compute_pv<T, Tr>(o, stage1, 1);
         wgmma_wait<1>();
-        mbar_arrive(empty0);
+        release(0);
         wgmma_wait<0>();
         fence_regs(o);
-        mbar_arrive(empty1);
+        release(1);
       } else {
         wgmma_wait<0>();
         fence_regs(o);
-        mbar_arrive(empty0);
+        release(0);
       }
       l0 = l0 * rescale(m0, mb0, sc) + rs0;
       l1 = l1 * rescale(m1, mb1, sc) + rs1;
@@ -517,14 +552,11 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   }
 }
 
-// The next work item for the whole CTA: both roles call this in step (it holds the CTA-wide
-// barriers); false when the work list is done.
+// The next work item for the whole CTA: both roles call this in step (it holds a CTA-wide
+// barrier); false when the work list is done.
 template <class Tr>
-__device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, int* s_item,
-                                          uint32_t* s_tail_bits) {
-  const int tid = threadIdx.x;
-  if (tid == 0) *s_item = atomicAdd(&kp.hdr->counter, 1);
-  if (tid < 2) s_tail_bits[tid] = 0;
+__device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, int* s_item) {
+  if (threadIdx.x == 0) *s_item = atomicAdd(&kp.hdr->counter, 1);
   bar_sync(kBarItem, Tr::kThreads);
   const int item = __shfl_sync(0xffffffffu, *s_item, 0);
   if (item >= kp.hdr->num_items) return false;
@@ -536,35 +568,14 @@ __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d,
   d.H = kp.p.num_heads;
   d.rows = d.rs.q_len * d.H;
   d.row0 = d.tile * kBlockM;
-  const int pb_begin = static_cast<int>(static_cast<int64_t>(d.split) * d.rs.pblocks / d.rs.splits);
-  const int pb_end =
-      static_cast<int>(static_cast<int64_t>(d.split + 1) * d.rs.pblocks / d.rs.splits);
+  int pb_begin, pb_end;
+  split_range(d.rs, d.split, pb_begin, pb_end);
   d.kbeg = pb_begin * 32;
   d.kend = min(pb_end * 32, d.rs.prefix_len);
   d.n_pfx = d.kend > d.kbeg ? (d.kend - d.kbeg + 63) / 64 : 0;
   const bool do_tail =
       kp.p.part != VerifyPart::kPrefix && d.split == d.rs.splits - 1 && d.rs.q_len > 0;
-  // Tail blocks some row of the tile can see: OR the mask rows of the tile's nodes.
-  if (do_tail) {
-    const int node_lo = d.row0 / d.H;
-    const int node_hi = (min(d.row0 + kBlockM, d.rows) - 1) / d.H;
-    const int words = kp.p.mask_words;
-    const int n_pairs = (node_hi - node_lo + 1) * words;
-    for (int idx = tid; idx < n_pairs; idx += Tr::kThreads) {
-      const int node = node_lo + idx / words, w = idx - (idx / words) * words;
-      const uint64_t m = kp.p.tree_mask[static_cast<int64_t>(d.rs.q_start + node) * words + w];
-      const uint32_t bits = (static_cast<uint32_t>(m) != 0u ? 1u : 0u) |
-                            (static_cast<uint32_t>(m >> 32) != 0u ? 2u : 0u);
-      if (bits) atomicOr(&s_tail_bits[(2 * w) >> 5], bits << ((2 * w) & 31));
-    }
-  }
-  bar_sync(kBarItem, Tr::kThreads);
-  d.tail_bits = 0;
-  if (do_tail) {
-    const int tblocks = (d.rs.q_len + 31) / 32;
-    d.tail_bits = (static_cast<uint64_t>(s_tail_bits[1]) << 32) | s_tail_bits[0];
-    if (tblocks < 64) d.tail_bits &= (uint64_t{1} << tblocks) - 1;
-  }
+  d.tail_bits = do_tail ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
   d.n_tail = __popcll(d.tail_bits);
   d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + (d.n_tail + 1) / 2, 0);
   return true;
@@ -578,16 +589,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #if TREEMLA_HAS_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ int s_item;
-  __shared__ uint32_t s_tail_bits[2];
   // The swizzle needs 1024-byte-aligned chunks; the allocation has kSmemBytes - kSmemUsed spare.
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t smem = (raw + 1023u) & ~1023u;
   float* smem_f = reinterpret_cast<float*>(smem_raw + (smem - raw));
   if (threadIdx.x == 0) {
     for (int st = 0; st < Tr::kStages; ++st) {
-      for (int part = 0; part < Tr::kLoadParts; ++part)
+      for (int part = 0; part < Tr::kLoadParts; ++part) {
         mbar_init(smem + Tr::bar_full(st, part), 128);  // the producer threads' cp.async arrivals
-      mbar_init(smem + Tr::bar_empty(st), 256);         // every compute thread, after its wait
+        mbar_init(smem + Tr::bar_empty(st, part), Tr::empty_count(part));  // readers, after waits
+      }
     }
     mbar_init(smem + Tr::kBarQ, 128);
     fence_mbar_init();
@@ -600,14 +611,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // meet at next_item's CTA barriers.
   if (__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0) == 2) {
     warpgroup_reg_dealloc<Tr::kProducerRegs>();
-    while (next_item<Tr>(kp, d, &s_item, s_tail_bits)) {
+    while (next_item<Tr>(kp, d, &s_item)) {
       produce_item<T, Tr>(kp, d, smem, uses);
       bar_sync(kBarItem, Tr::kThreads);  // shared memory and s_item are reused by the next item
     }
   } else {
     warpgroup_reg_alloc<Tr::kComputeRegs>();
     uint32_t items_done = 0;
-    while (next_item<Tr>(kp, d, &s_item, s_tail_bits)) {
+    while (next_item<Tr>(kp, d, &s_item)) {
       compute_item<T, Tr>(kp, d, smem, smem_f, uses, items_done & 1);
       ++items_done;
       bar_sync(kBarItem, Tr::kThreads);

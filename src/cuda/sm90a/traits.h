@@ -34,19 +34,26 @@ struct Sm90aTraits {
   static constexpr int kOffStages = kOffQ + kTileBytes;
   static constexpr int kOffMax = kOffStages + kStages * kTileBytes;  // [2][64] fp32 row maxima
   static constexpr int kOffL = kOffMax + 2 * kBlockM * 4;            // [2][64] fp32 row sums
-  // mbarriers: full[stage][part] (a stage lands in kLoadParts parts of 3 chunks, so S can start
-  // on the first part while the rest is in flight), empty[stage], and qfull.
+  // A stage lands, and is freed, in three parts: the latent columns [0, 256) (chunks 0-3, the
+  // V half that WG0 reads), [256, 512) (chunks 4-7, WG1's V half) and the rope chunk 8 (P once
+  // S is computed, read by both). Each part has its own full mbarrier (S starts on the first part
+  // while the rest is in flight) and its own empty mbarrier, so the producer refills a part as
+  // soon as its own readers are done: chunks 0-3 of a stage once WG0's P V on it is complete,
+  // chunks 4-7 once WG1's is, chunk 8 once both are.
   static constexpr int kLoadParts = 3;
-  static constexpr int kChunksPerPart = kChunks / kLoadParts;
+  static constexpr int part_begin(int part) { return part == 0 ? 0 : part == 1 ? 4 : 8; }
+  static constexpr int part_end(int part) { return part == 0 ? 4 : part == 1 ? 8 : 9; }
   static constexpr int kOffBars = kOffL + 2 * kBlockM * 4;
-  static constexpr int kNumBars = kStages * kLoadParts + kStages + 1;
+  static constexpr int kNumBars = 2 * kStages * kLoadParts + 1;
   static constexpr int bar_full(int stage, int part) {
     return kOffBars + 8 * (stage * kLoadParts + part);
   }
-  static constexpr int bar_empty(int stage) {
-    return kOffBars + 8 * (kStages * kLoadParts + stage);
+  static constexpr int bar_empty(int stage, int part) {
+    return kOffBars + 8 * (kStages * kLoadParts + stage * kLoadParts + part);
   }
-  static constexpr int kBarQ = kOffBars + 8 * (kStages * kLoadParts + kStages);
+  // Arrivals that free each part: WG0 alone, WG1 alone, both groups.
+  static constexpr int empty_count(int part) { return part == 2 ? 256 : 128; }
+  static constexpr int kBarQ = kOffBars + 8 * (2 * kStages * kLoadParts);
   static constexpr int kSmemUsed = kOffBars + kNumBars * 8;
   // The dynamic allocation is only 16-byte aligned; the kernel rounds its base up to 1024 bytes
   // (the swizzle atom), so ask for that much more.
@@ -55,7 +62,7 @@ struct Sm90aTraits {
   static_assert(kBlockM == 64 && kBlockN == 64, "Q and KV tiles are both 64 rows");
   static_assert(sizeof(T) == 2, "16-bit elements");
   static_assert(kOffStages % 1024 == 0 && kTileBytes % 1024 == 0, "1024-byte swizzle atoms");
-  static_assert(kChunksPerPart * kLoadParts == kChunks, "parts of whole chunks");
+  static_assert(part_end(kLoadParts - 1) == kChunks && kPChunk == 8, "parts cover the chunks");
 };
 
 static_assert(Sm90aTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");
