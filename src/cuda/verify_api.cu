@@ -102,6 +102,11 @@ bool build_has_sm90a() {
   return archs.find(" 90a") != std::string::npos;
 }
 
+bool sm90a_available(int major, int minor) {
+  const int cc = 10 * major + minor;
+  return cc >= kMinCcWgmma && cc <= kMaxCcWgmma && build_has_sm90a();
+}
+
 VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile,
                             KernelFamily family) {
   TREEMLA_CHECK(limits.max_batch >= 1 && limits.max_batch <= (1 << 20),
@@ -152,8 +157,7 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   // than cpasync at every shape but the empty call (measured side by side on the H200,
   // bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
   if (family == KernelFamily::kAuto) {
-    const bool wgmma =
-        cc >= kMinCcWgmma && cc <= kMaxCcWgmma && build_has_sm90a() && tile != TileConfig::kSmem99K;
+    const bool wgmma = sm90a_available(cc / 10, cc % 10) && tile != TileConfig::kSmem99K;
     family = wgmma ? KernelFamily::kSm90a : KernelFamily::kCpAsync;
   }
   tile = pick_tile(family);

@@ -163,7 +163,7 @@ inline std::vector<GpuConfig> configs_to_test() {
     if (optin >= 150000) out.push_back({f, cuda::TileConfig::kSmemLarge});
   }
   // sm90a (one configuration) on sm_90 whenever the build has its code.
-  if (major == 9 && minor == 0 && cuda::build_has_sm90a())
+  if (cuda::sm90a_available(major, minor))
     out.push_back({cuda::KernelFamily::kSm90a, cuda::TileConfig::kSmemLarge});
   // TREEMLA_TEST_FAMILY=<name> keeps one family (a quicker run while working on it; the full
   // suite runs them all).

@@ -337,7 +337,7 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  const bool sm90a = major == 9 && minor == 0 && cuda::build_has_sm90a();
+  const bool sm90a = cuda::sm90a_available(major, minor);
   const cuda::VerifyLimits lim{2, 130, 8};
   const cuda::VerifyPlan automatic = cuda::make_verify_plan(lim);
   EXPECT_EQ(automatic.family, sm90a ? cuda::KernelFamily::kSm90a : cuda::KernelFamily::kCpAsync);

@@ -63,7 +63,7 @@ double measure_mma_tflops() {
 
 // The bf16 wgmma peak (0 where the device or the build has no sm_90a wgmma).
 double measure_wgmma_tflops(const cudaDeviceProp& prop) {
-  if (!(prop.major == 9 && prop.minor == 0 && treemla::cuda::build_has_sm90a())) return 0;
+  if (!treemla::cuda::sm90a_available(prop.major, prop.minor)) return 0;
   float* sink = nullptr;
   TREEMLA_CUDA_CHECK(cudaMalloc(&sink, 4));
   const int blocks = prop.multiProcessorCount, iters = 2048;
@@ -167,14 +167,6 @@ void free_workload(Workload& w) {
   }
 }
 
-struct Result {
-  Case c;
-  double us_all = 0, us_prefix = 0, us_tail = 0;
-  double tflops = 0, gbps = 0, frac_mma = 0, frac_wgmma = 0, frac_hbm = 0;
-  double paged_read_gbps = 0;       // q_len = 1 cases: the same pages read at full occupancy
-  double paged_read_1cta_gbps = 0;  // ... and by one 8-warp CTA per SM, as the verify grid
-};
-
 // Median microseconds of one call of `part`, timed as an engine runs it per layer: the schedule
 // once (it depends only on the lengths, which every copy shares), then back-to-back calls over
 // the rotating copies captured in one CUDA graph, replayed `reps` times.
@@ -211,7 +203,8 @@ std::vector<Workload> make_copies(const Case& c, size_t l2_bytes) {
   return ws;
 }
 
-Result run_case(const Case& c, size_t l2_bytes, int reps) {
+// One case timed: the row without its fractions of the ceilings (the caller has those).
+bench::Row run_case(const Case& c, size_t l2_bytes, int reps) {
   std::vector<Workload> ws = make_copies(c, l2_bytes);
   const int copies = static_cast<int>(ws.size());
   treemla::cuda::VerifyLimits lim{c.batch, int64_t(c.batch) * c.q_len, c.heads};
@@ -221,8 +214,10 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
   treemla::cuda::init_workspace(plan, wsp, 0);
   cudaStream_t stream;
   TREEMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  Result r;
-  r.c = c;
+  bench::Row r;
+  r.family = treemla::cuda::kernel_family_name(c.family);
+  r.tile = treemla::cuda::tile_config_name(c.tile);
+  r.shape = {c.batch, c.heads, c.q_len, c.prefix, c.page_size};
   auto time_part = [&](treemla::VerifyPart part) {
     return time_calls(ws, plan, wsp, part, reps, stream);
   };
@@ -251,36 +246,18 @@ Result run_case(const Case& c, size_t l2_bytes, int reps) {
     r.paged_read_1cta_gbps = paged_gbps(sms, true);
     TREEMLA_CUDA_CHECK(cudaFree(sink));
   }
-  r.us_all = time_part(treemla::VerifyPart::kAll);
+  r.us = time_part(treemla::VerifyPart::kAll);
   r.us_prefix = time_part(treemla::VerifyPart::kPrefix);
   r.us_tail = time_part(treemla::VerifyPart::kTail);
   const double rows = double(c.batch) * c.q_len * c.heads;
   const double flops = 2.0 * rows * c.prefix * (treemla::kHeadDimQK + treemla::kHeadDimV);
   const double bytes = double(c.batch) * c.prefix * treemla::kHeadDimQK * 2;
-  r.tflops = flops / (r.us_all * 1e-6) / 1e12;
-  r.gbps = bytes / (r.us_all * 1e-6) / 1e9;
+  r.tflops = flops / (r.us * 1e-6) / 1e12;
+  r.kv_gbps = bytes / (r.us * 1e-6) / 1e9;
   TREEMLA_CUDA_CHECK(cudaStreamDestroy(stream));
   TREEMLA_CUDA_CHECK(cudaFree(wsp));
   for (auto& w : ws) free_workload(w);
   return r;
-}
-
-bench::Row to_row(const Result& r) {
-  bench::Row row;
-  row.family = treemla::cuda::kernel_family_name(r.c.family);
-  row.tile = treemla::cuda::tile_config_name(r.c.tile);
-  row.shape = {r.c.batch, r.c.heads, r.c.q_len, r.c.prefix, r.c.page_size};
-  row.us = r.us_all;
-  row.us_prefix = r.us_prefix;
-  row.us_tail = r.us_tail;
-  row.tflops = r.tflops;
-  row.kv_gbps = r.gbps;
-  row.frac_mma = r.frac_mma;
-  row.frac_wgmma = r.frac_wgmma;
-  row.frac_hbm = r.frac_hbm;
-  row.paged_read_gbps = r.paged_read_gbps;
-  row.paged_read_1cta_gbps = r.paged_read_1cta_gbps;
-  return row;
 }
 
 // The cost table of docs/budget.md: verify time per layer (one request, H heads, 1 + B tree
@@ -381,7 +358,7 @@ int bench::run(const bench::Options& opt) {
     families.push_back(KernelFamily::kCpAsync);
   if ((opt.families == "all" && prop.major >= 9) || opt.families == "cluster")
     families.push_back(KernelFamily::kCluster);
-  const bool sm90a_here = prop.major == 9 && prop.minor == 0 && treemla::cuda::build_has_sm90a();
+  const bool sm90a_here = treemla::cuda::sm90a_available(prop.major, prop.minor);
   if ((opt.families == "all" && sm90a_here) || opt.families == "sm90a")
     families.push_back(KernelFamily::kSm90a);
   std::ofstream json_file;
@@ -412,12 +389,12 @@ int bench::run(const bench::Options& opt) {
         Case c = shape;
         c.tile = t;
         c.family = f;
-        Result r = run_case(c, prop.l2CacheSize, opt.reps);
+        bench::Row r = run_case(c, prop.l2CacheSize, opt.reps);
         r.frac_mma = r.tflops / header.ceilings.mma_tflops;
         if (header.ceilings.wgmma_tflops > 0)
           r.frac_wgmma = r.tflops / header.ceilings.wgmma_tflops;
-        r.frac_hbm = r.gbps / header.ceilings.hbm_read_gbps;
-        rows.push_back(to_row(r));
+        r.frac_hbm = r.kv_gbps / header.ceilings.hbm_read_gbps;
+        rows.push_back(r);
         bench::print_row(std::cout, rows.back());
       }
     }

@@ -103,5 +103,8 @@ void merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b
 std::string compiled_architectures();
 // Whether the build has sm_90a code (architecture 90a), which the kSm90a family needs.
 bool build_has_sm90a();
+// Whether the kSm90a family runs on a device of compute capability major.minor with this build:
+// compute capability 9.0 (H100, H200, H20) and sm_90a code compiled in.
+bool sm90a_available(int major, int minor);
 
 }  // namespace treemla::cuda

@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kSchedThreads)
         rs.splits = 2 * static_cast<int>(max(1LL, min(by_share, by_min / 2)));
         items = rs.tiles * rs.splits / 2;
       } else {
-        rs.splits = static_cast<int>(max(1LL, min(by_share, by_min)));
+        rs.splits = splits_for(rs.pblocks, target, total_cost);
         items = rs.tiles * rs.splits;
       }
       parts = rs.splits > 1 ? rs.tiles * rs.splits : 0;
