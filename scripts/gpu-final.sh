@@ -9,6 +9,8 @@
 #             page-size-1 and tail cases (bench.json / bench.txt)
 #   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
 #   cost      the verify cost table of the default family (cost-table.json)
+#   binding   builds the PyTorch binding for 9.0a in the background (binding-build.log); a later
+#             "binding-test" waits for it and runs the binding's tests (binding-tests.log)
 #   peers     FlashInfer fa2/fa3 (and SGLang when its files are in .peers) at the peers' shapes,
 #             joined with bench.json of the same call (run "bench peers" together)
 set -u
@@ -46,10 +48,20 @@ for step in $STEPS; do
       for v in $G/treemla-*; do
         [ -e "$v" ] || continue
         n=${v##*/treemla-}
-        timeout 100 $v bench --cases "$PEERS" --families sm90a --tiles smem-large --reps 10 \
+        timeout 100 $v bench --cases "$PEERS;$EXTRA" --families sm90a --tiles smem-large --reps 10 \
           --commit "$C-$n" > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
         grep -E "^sm90a " $OUT/bench-variant-$n.txt | cut -c1-100
       done ;;
+    binding)
+      (env TREEMLA_BUILD_CUDA=1 MAX_JOBS=12 TORCH_CUDA_ARCH_LIST=9.0a nice -n 19 python3 -m pip \
+        install -q --no-build-isolation --no-deps ./python > $OUT/binding-build.log 2>&1
+       echo $? > /tmp/binding.rc) &
+      t "binding build started" ;;
+    binding-test)
+      while [ ! -e /tmp/binding.rc ]; do sleep 2; done
+      t "binding build rc=$(cat /tmp/binding.rc)"; tail -3 $OUT/binding-build.log
+      timeout 300 python3 -m pytest -q -rs python/tests > $OUT/binding-tests.log 2>&1
+      t "binding tests rc=$?"; tail -15 $OUT/binding-tests.log ;;
     cost)
       timeout 200 $G/treemla bench --cost-table $OUT/cost-table.json --reps 3 --commit "$C" \
         > $OUT/cost-table.txt 2>&1; t "cost table rc=$?" ;;
