@@ -190,7 +190,7 @@ void print_targets(std::ostream& os, const std::vector<Row>& rows) {
             o.family == r.family)
           fmt::print(os,
                      "page size 1    {:<18} B={} H={} q={} L={}: {:.1f}% slower than page size 64 "
-                     "(target <= 10%)\n",
+                     "(target <= 5%)\n",
                      tn, c.batch, c.heads, c.q_len, c.prefix, 100 * (r.us / o.us - 1));
       }
     }
