@@ -4,10 +4,12 @@
 # Usage: scripts/gpu-final.sh COMMIT "STEPS", STEPS from:
 #   tests     every GPU test, every family and configuration
 #   family F  (as "family:F") the GPU tests of one family (TREEMLA_TEST_FAMILY)
-#   sanitize  compute-sanitizer memcheck and racecheck on the sm90a family
+#   sanitize  compute-sanitizer memcheck and racecheck, on the families in $SAN_FAMILIES (sm90a)
 #   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
 #             page-size-1 and tail cases (bench.json / bench.txt)
 #   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
+#   env:V=X   (e.g. "env:TREEMLA_NARROW_PCT=100") the sm90a rows of .gpu/treemla with that
+#             environment variable set (measurement switches, verify_kernel_params.h)
 #   cost      the verify cost table of the default family (cost-table.json)
 #   binding   builds the PyTorch binding for 9.0a in the background (binding-build.log); a later
 #             "binding-test" waits for it and runs the binding's tests (binding-tests.log)
@@ -34,12 +36,15 @@ for step in $STEPS; do
         > $OUT/gpu-tests-$f.log 2>&1; t "$f GPU tests rc=$?"
       grep -E "^\[  (FAILED|PASSED) " $OUT/gpu-tests-$f.log ;;
     sanitize)
-      TREEMLA_TEST_FAMILY=sm90a timeout 120 compute-sanitizer --tool memcheck $G/treemla_gpu_tests \
-        --gtest_filter='VerifyGpu.TreeShapes:VerifyGpu.RaggedBatch:VerifyGpu.BadPageIndexIsReported' \
-        > $OUT/memcheck.log 2>&1; t "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log
-      TREEMLA_TEST_FAMILY=sm90a timeout 120 compute-sanitizer --tool racecheck $G/treemla_gpu_tests \
-        --gtest_filter='VerifyGpu.TreeShapes' > $OUT/racecheck.log 2>&1
-      t "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log ;;
+      for f in ${SAN_FAMILIES:-sm90a}; do
+        TREEMLA_TEST_FAMILY=$f timeout 150 compute-sanitizer --tool memcheck $G/treemla_gpu_tests \
+          --gtest_filter='VerifyGpu.TreeShapes:VerifyGpu.RaggedBatch:VerifyGpu.BadPageIndexIsReported' \
+          > $OUT/memcheck-$f.log 2>&1; t "$f memcheck rc=$?"
+        grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck-$f.log
+        TREEMLA_TEST_FAMILY=$f timeout 150 compute-sanitizer --tool racecheck $G/treemla_gpu_tests \
+          --gtest_filter='VerifyGpu.TreeShapes' > $OUT/racecheck-$f.log 2>&1
+        t "$f racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck-$f.log
+      done ;;
     bench)
       timeout 200 $G/treemla bench --cases "$PEERS;$EXTRA" --reps 10 --commit "$C" \
         --json $OUT/bench.json > $OUT/bench.txt 2>&1; t "bench rc=$?"
@@ -52,6 +57,11 @@ for step in $STEPS; do
           --commit "$C-$n" > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
         grep -E "^sm90a " $OUT/bench-variant-$n.txt | cut -c1-100
       done ;;
+    env:*)
+      kv=${step#env:}
+      env "$kv" timeout 100 $G/treemla bench --cases "$PEERS;$EXTRA" --families sm90a \
+        --tiles smem-large --reps 10 --commit "$C-$kv" > "$OUT/bench-env-$kv.txt" 2>&1
+      t "env $kv rc=$?"; grep -E "^sm90a " "$OUT/bench-env-$kv.txt" | cut -c1-100 ;;
     binding)
       (env TREEMLA_BUILD_CUDA=1 MAX_JOBS=12 TORCH_CUDA_ARCH_LIST=9.0a nice -n 19 python3 -m pip \
         install -q --no-build-isolation --no-deps ./python > $OUT/binding-build.log 2>&1

@@ -31,7 +31,8 @@
 //   page and copies the CTA's 576 bytes of each row with cp.async (four threads a row), zero-
 //   filling rows that are not keys (V must be finite where P = 0); each thread's copies arrive on
 //   the stage's full mbarrier when they land.
-// Synchronization per block: stage full/empty mbarriers (producer <-> computing warps), X
+// Synchronization per block: stage full/empty mbarriers (producer <-> computing threads: each
+// computing thread arrives on empty after its own last read of the stage), X
 // (64-thread named barrier), Y (per-warp mbarrier pairs across the cluster: yfull counts the
 // peer's 1024 bytes, yempty says the peer has read its slot), the key-half max swap (64-thread
 // named barrier) and the row group's P barrier (128 threads). P and the max/alpha slots
@@ -604,8 +605,12 @@ __device__ __forceinline__ void compute(const VerifyKernelParams& kp, const Smem
           }
         }
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(sm.empty(stage), it.pair ? 2 : 1);
+      // Free the stage after this thread's last read of it (its keys in the previous iteration or
+      // the prologue, its V here). Every thread arrives, not one lane per warp, so that each
+      // lane's reads are ordered before the producer's refill (racecheck sees the order only for
+      // the thread that arrives). In pair mode only the row group of sub-split g (128 threads)
+      // reads the stage: each arrives twice, for the other group's share of the 256.
+      mbar_arrive(sm.empty(stage), it.pair ? 2 : 1);
     }
     seq_base += it.n0 + it.n1;
 
@@ -680,7 +685,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (threadIdx.x == 0) {
       for (int s = 0; s < Tr::kStages; ++s) {
         mbar_init(sm.full(s), 128);  // the producer warpgroup's threads, when their copies land
-        mbar_init(sm.empty(s), 8);   // the computing warps that read the stage
+        // Every computing thread that read the stage, after its last read: 256 arrivals of 1, or
+        // in pair mode 128 (the row group of its sub-split) of 2.
+        mbar_init(sm.empty(s), 256);
       }
       for (int w = 0; w < 8; ++w) {
         mbar_init(sm.yfull(w), 1);
