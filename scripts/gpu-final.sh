@@ -60,8 +60,8 @@ for step in $STEPS; do
     env:*)
       kv=${step#env:}
       env "$kv" timeout 100 $G/treemla bench --cases "$PEERS;$EXTRA" --families sm90a \
-        --tiles smem-large --reps 10 --commit "$C-$kv" > "$OUT/bench-env-$kv.txt" 2>&1
-      t "env $kv rc=$?"; grep -E "^sm90a " "$OUT/bench-env-$kv.txt" | cut -c1-100 ;;
+        --tiles smem-large --reps 10 --commit "$C-$kv" > "$OUT/bench-env-${kv//=/_}.txt" 2>&1
+      t "env $kv rc=$?"; grep -E "^sm90a " "$OUT/bench-env-${kv//=/_}.txt" | cut -c1-100 ;;
     binding)
       (env TREEMLA_BUILD_CUDA=1 MAX_JOBS=12 TORCH_CUDA_ARCH_LIST=9.0a nice -n 19 python3 -m pip \
         install -q --no-build-isolation --no-deps ./python > $OUT/binding-build.log 2>&1
