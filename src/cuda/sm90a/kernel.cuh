@@ -2,11 +2,11 @@
 // warpgroup + mbarriers, for sm_90a (H100, H200, H20). Budget and measurements:
 // docs/verify-kernel.md, "The sm90a family".
 //
-// Grid and work items: as the cpasync family (a persistent grid, one CTA per SM, items taken from
-// the workspace counter). An item is one row tile (kBlockM = 64 folded rows (node, head)) and one
-// split of its prefix; the last split also attends the tree tail. The item's keys are walked in
-// 64-key blocks: its prefix range in order, then the tail's 32-key blocks that some row of the
-// tile can see, two to a block (each half masked with its own tree-mask word).
+// Grid and work items: a persistent grid, one CTA per SM; CTA c takes items c, c + grid, ... of
+// the schedule's list (next_item). An item is one row tile (kBlockM = 64 folded rows (node, head))
+// and one split of its prefix; the last split also attends the tree tail. The item's keys are
+// walked in 64-key blocks: its prefix range in order, then the tail's 32-key blocks that some row
+// of the tile can see, two to a block (each half masked with its own tree-mask word).
 //
 // Warpgroups: WG0 and WG1 compute; WG2 loads. WG0 owns output columns [0, 256), WG1 [256, 512)
 // (O: 64 x 256 fp32, 128 registers a thread). Blocks go in pairs (A, B) = (2p, 2p + 1), A in
@@ -600,28 +600,32 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 
 __device__ __forceinline__ int narrow_row(int r, int q4) { return 8 * (r >> 1) + 2 * q4 + (r & 1); }
 
-// O^T[256 half + (0..255), 0..15] += V^T P^T over the stage's 64 keys.
+// O^T[64 t + (0..63), 0..15] += V^T P^T over the stage's 64 keys, for latent chunk t.
+template <typename T, class Tr, int t>
+__device__ __forceinline__ void pv_narrow_tile(float (&o)[64], uint64_t dv, uint64_t dp) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma_m64n16k16_ss<T, true, 8 * t>(
+        o, dv + static_cast<uint64_t>((t * Tr::kChunkBytes + kk * 2048) >> 4),
+        dp + static_cast<uint64_t>((kk * 32) >> 4), 1);
+  }
+}
+
+// O^T [512 x 16] += V^T P^T over the stage's 64 keys: 8 latent chunks x 4 k-steps.
 template <typename T, class Tr>
-__device__ __forceinline__ void compute_pv_narrow(float (&o)[32], uint32_t stage, int half) {
+__device__ __forceinline__ void compute_pv_narrow(float (&o)[64], uint32_t stage) {
   const uint64_t dp = make_desc(stage + Tr::kPChunk * Tr::kChunkBytes, 16, 1024);
-  const uint64_t dv = make_desc(stage + 4 * half * Tr::kChunkBytes, Tr::kChunkBytes, 1024);
-  constexpr uint64_t kChunk = Tr::kChunkBytes >> 4;
+  const uint64_t dv = make_desc(stage, Tr::kChunkBytes, 1024);
   fence_regs(o);
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    wgmma_m64n16k16_ss<T, true, 0>(o, dv + ((kk * 2048) >> 4), dp + ((kk * 32) >> 4), 1);
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    wgmma_m64n16k16_ss<T, true, 8>(o, dv + kChunk + ((kk * 2048) >> 4), dp + ((kk * 32) >> 4), 1);
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    wgmma_m64n16k16_ss<T, true, 16>(o, dv + 2 * kChunk + ((kk * 2048) >> 4), dp + ((kk * 32) >> 4),
-                                    1);
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    wgmma_m64n16k16_ss<T, true, 24>(o, dv + 3 * kChunk + ((kk * 2048) >> 4), dp + ((kk * 32) >> 4),
-                                    1);
+  pv_narrow_tile<T, Tr, 0>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 1>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 2>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 3>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 4>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 5>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 6>(o, dv, dp);
+  pv_narrow_tile<T, Tr, 7>(o, dv, dp);
   wgmma_commit();
 }
 
@@ -717,9 +721,9 @@ __device__ __forceinline__ void write_p_narrow(const float (&s)[8], const float 
     }
 }
 
-__device__ __forceinline__ void scale_o_narrow(float (&o)[32], const float (&a)[4]) {
+__device__ __forceinline__ void scale_o_narrow(float (&o)[64], const float (&a)[4]) {
 #pragma unroll
-  for (int t = 0; t < 4; ++t)
+  for (int t = 0; t < 8; ++t)
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -732,15 +736,19 @@ template <typename T, class Tr>
 __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
                                     float* smem_f, uint32_t (&uses)[2], uint32_t qphase,
                                     float (&o_all)[128]) {
-  float(&o)[32] = *reinterpret_cast<float(*)[32]>(&o_all[0]);
+  float(&o)[64] = *reinterpret_cast<float(*)[64]>(&o_all[0]);
   const ComputeThread ct = compute_thread<Tr>(d, smem);
   const int wg = ct.wg, n_blocks = ct.n_blocks, wq = ct.wq, g = ct.g, q4 = ct.q4;
   const float sc = kp.scale_log2;
-  const uint32_t stage0 = ct.stage0, stage1 = ct.stage1, p0base = ct.p0base, p1base = ct.p1base;
-  auto release = [&](int st) { ct.release<Tr>(st); };
-  float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64], rows 0..15 of each used
+  // Group wg takes the blocks of stage wg (blocks wg, wg + 2, ...), with a state of its own.
+  const uint32_t stage = wg == 0 ? ct.stage0 : ct.stage1;
+  const uint32_t pbase = stage + Tr::kPChunk * Tr::kChunkBytes;
+  const int bar = wg == 0 ? kBarWg0 : kBarWg1;
+  const uint32_t empty = smem + Tr::bar_empty(wg, 0);
   float* s_red = smem_f + Tr::kOffRed / 4;  // [2 groups][4 warps][16 rows]
   float* red = s_red + 4 * kNarrowRows * wg;
+  float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64]: each group's row maxima (rows 0..15)
+  float* s_l = smem_f + Tr::kOffL / 4;      // [2][64]: and row sums
 
   NarrowRows nr;
 #pragma unroll
@@ -753,7 +761,7 @@ __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d,
   }
 
 #pragma unroll
-  for (int i = 0; i < 32; ++i) o[i] = 0.f;
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[4], l[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -762,121 +770,43 @@ __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d,
   }
 
   mbar_wait(smem + Tr::kBarQ, qphase);
-  for (int it = 0; it < n_blocks; it += 2) {
-    const bool has_b = it + 1 < n_blocks;
+  uint32_t use = uses[wg];
+  for (int it = wg; it < n_blocks; it += 2, ++use) {
     float s[8];
-    if (wg == 0) {
-      compute_s<T, Tr>(s, smem, 0, uses[0] & 1);
-      wgmma_wait<0>();
-      fence_regs(s);
-      fence_regs(o);
-      mask_s_narrow(s, d, it, nr, wq, g);
-      float ma[4] = {m[0], m[1], m[2], m[3]};
-      block_max_narrow(s, ma, red, wq, g, q4, kBarWg0);
-      float rs[4];
-      write_p_narrow<T>(s, ma, sc, p0base, wq, g, q4, rs);
-      if (wq == 0 && g == 0) {
+    compute_s<T, Tr>(s, smem, wg, use & 1);
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(o);
+    mask_s_narrow(s, d, it, nr, wq, g);
+    float mn[4] = {m[0], m[1], m[2], m[3]};
+    block_max_narrow(s, mn, red, wq, g, q4, bar);
+    float rs[4], a[4];
+    write_p_narrow<T>(s, mn, sc, pbase, wq, g, q4, rs);
+    bool moved = false;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) s_max[nr.c[r]] = ma[r];
-      }
-      fence_proxy_async();
-      bar_sync(kBarWg0, 128);
-      bar_arrive(kBarA, 256);
-      float a[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        a[r] = rescale(m[r], ma[r], sc);
-        l[r] = l[r] * a[r] + rs[r];
-        m[r] = ma[r];
-      }
-      scale_o_narrow(o, a);
-      compute_pv_narrow<T, Tr>(o, stage0, 0);
-      wgmma_wait<0>();
-      fence_regs(o);
-      release(0);
-      if (has_b) {
-        bar_sync(kBarB, 256);
-        float mb[4], b[4];
-        bool moved = false;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          mb[r] = s_max[64 + nr.c[r]];
-          b[r] = rescale(ma[r], mb[r], sc);
-          moved |= b[r] != 1.f;
-        }
-        if (moved) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) l[r] *= b[r];
-          scale_o_narrow(o, b);
-        }
-        compute_pv_narrow<T, Tr>(o, stage1, 0);
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(1);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) m[r] = mb[r];
-      }
-    } else {
-      float mb[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, rs[4] = {0.f, 0.f, 0.f, 0.f};
-      if (has_b) {
-        compute_s<T, Tr>(s, smem, 1, uses[1] & 1);
-        wgmma_wait<0>();
-        fence_regs(s);
-        fence_regs(o);
-        mask_s_narrow(s, d, it + 1, nr, wq, g);
-        block_max_narrow(s, mb, red, wq, g, q4, kBarWg1);
-      }
-      bar_sync(kBarA, 256);
-      float ma[4], a[4], b[4];
-      bool moved = false;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        ma[r] = s_max[nr.c[r]];
-        mb[r] = fmaxf(mb[r], ma[r]);
-        a[r] = rescale(m[r], ma[r], sc);
-        b[r] = rescale(ma[r], mb[r], sc);
-        moved |= b[r] != 1.f;
-      }
-      if (has_b) {
-        write_p_narrow<T>(s, mb, sc, p1base, wq, g, q4, rs);
-        if (wq == 0 && g == 0) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) s_max[64 + nr.c[r]] = mb[r];
-        }
-        fence_proxy_async();
-        bar_arrive(kBarB, 256);
-      }
-      scale_o_narrow(o, a);
-      compute_pv_narrow<T, Tr>(o, stage0, 1);
-      if (has_b) {
-        // The vote is also the barrier after which every thread's P_B is written.
-        if (group_any(kBarWg1, moved)) {
-          wgmma_wait<0>();
-          fence_regs(o);
-          scale_o_narrow(o, b);
-        }
-        compute_pv_narrow<T, Tr>(o, stage1, 1);
-        wgmma_wait<1>();
-        release(0);
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(1);
-      } else {
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(0);
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        l[r] = l[r] * rescale(m[r], mb[r], sc) + rs[r];
-        m[r] = mb[r];
-      }
+    for (int r = 0; r < 4; ++r) {
+      a[r] = rescale(m[r], mn[r], sc);
+      moved |= a[r] != 1.f;
+      l[r] = l[r] * a[r] + rs[r];
+      m[r] = mn[r];
     }
-    ++uses[0];
-    if (has_b) ++uses[1];
+    if (moved) scale_o_narrow(o, a);
+    fence_proxy_async();
+    bar_sync(bar, 128);  // the group's P is written (and its s_red reads are done)
+    compute_pv_narrow<T, Tr>(o, stage);
+    wgmma_wait<0>();
+    fence_regs(o);
+    // The group alone read the stage: its arrivals free all three parts (the rope chunk counts
+    // both groups' in wide items).
+    mbar_arrive(empty);
+    mbar_arrive(empty + 8);
+    mbar_arrive(empty + 16, 2);
   }
+  uses[0] += (n_blocks + 1) / 2;  // the producer's fills of each stage in this item
+  uses[1] += n_blocks / 2;
 
-  // ---- epilogue: row sums over the warp's keys, then the eight warps of both groups ----
+  // ---- epilogue: merge the two groups' states ----
+  // Row sums over the warp's keys, then the group's four warps.
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 4);
@@ -887,16 +817,45 @@ __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d,
 #pragma unroll
     for (int r = 0; r < 4; ++r) red[16 * wq + nr.c[r]] = l[r];
   }
-  bar_sync(kBarBoth, 256);
-  float inv[4], lse[4];
+  bar_sync(bar, 128);
+  if (wq == 0 && g == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int c = nr.c[r];
+      s_l[64 * wg + c] = red[c] + red[16 + c] + red[32 + c] + red[48 + c];
+      s_max[64 * wg + c] = m[r];
+    }
+  }
+  bar_sync(kBarBoth, 256);  // both groups are done with Q and their stages; maxima and sums out
+  float own[4], inv[4], lse[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    float sum = 0.f;
-#pragma unroll
-    for (int x = 0; x < 8; ++x) sum += s_red[16 * x + nr.c[r]];
+    const int c = nr.c[r];
+    const float m0 = s_max[c], m1 = s_max[64 + c];
+    const float mx = fmaxf(m0, m1);
+    const float f0 = rescale(m0, mx, sc), f1 = rescale(m1, mx, sc);
+    const float sum = f0 * s_l[c] + f1 * s_l[64 + c];
+    own[r] = wg == 0 ? f0 : f1;
     inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-    lse[r] = sum > 0.f ? m[r] * sc + __log2f(sum) : -INFINITY;  // log2 domain
+    lse[r] = sum > 0.f ? mx * sc + __log2f(sum) : -INFINITY;  // log2 domain
   }
+  // Group wg finishes output columns [256 wg, 256 wg + 256); it hands its share of the other
+  // half to the other group through the Q buffer (free now), as [512 columns][16 rows] fp32.
+  float* xbuf = smem_f + Tr::kOffQ / 4;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    if ((t >> 2) == wg) continue;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = 2 * j + e, col = 64 * t + 16 * wq + g + 8 * hi;
+          xbuf[col * 16 + nr.c[r]] = o[8 * t + 4 * j + 2 * hi + e] * own[r];
+        }
+  }
+  bar_sync(kBarBoth, 256);
   constexpr float kLn2 = 0.69314718055994530942f;
   const int64_t grow = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0;
   const bool final_out = d.rs.splits == 1;
@@ -904,7 +863,8 @@ __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d,
   float* po = kp.part_o + slot * kBlockM * kHeadDimV;
   T* out = static_cast<T*>(kp.o);
 #pragma unroll
-  for (int t = 0; t < 4; ++t)
+  for (int t = 0; t < 8; ++t) {
+    if ((t >> 2) != wg) continue;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -913,13 +873,15 @@ __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d,
         for (int e = 0; e < 2; ++e) {
           const int r = 2 * j + e;
           if (!nr.v[r]) continue;
-          const int col = 256 * wg + 64 * t + 16 * wq + g + 8 * hi;
-          const float v = o[8 * t + 4 * j + 2 * hi + e] * inv[r];
+          const int col = 64 * t + 16 * wq + g + 8 * hi;
+          const float v =
+              (o[8 * t + 4 * j + 2 * hi + e] * own[r] + xbuf[col * 16 + nr.c[r]]) * inv[r];
           if (final_out)
             out[(grow + nr.c[r]) * kHeadDimV + col] = from_float<T>(v);
           else
             po[nr.c[r] * kHeadDimV + col] = v;
         }
+  }
   if (wg == 0 && wq == 0 && g == 0) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -932,22 +894,13 @@ __device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d,
   }
 }
 
-// The next work item for the whole CTA; false when the work list is done. Every thread calls it
-// once per item (and once more at the end); `n` counts those calls. Thread 0 takes the index
-// from the counter once all threads have read the previous one; the handoff goes through two
-// mbarriers rather than a CTA barrier, which the two roles would reach from their own copies of
-// the loop (compute-sanitizer racecheck does not pair those).
-template <class Tr>
-__device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t smem,
-                                          int* s_item, uint32_t n) {
-  if (threadIdx.x == 0) {
-    mbar_wait(smem + Tr::kBarItemEmpty, (n & 1) ^ 1);
-    *s_item = atomicAdd(&kp.hdr->counter, 1);
-    mbar_arrive(smem + Tr::kBarItemFull);
-  }
-  mbar_wait(smem + Tr::kBarItemFull, n & 1);
-  const int item = __shfl_sync(0xffffffffu, *s_item, 0);
-  mbar_arrive(smem + Tr::kBarItemEmpty);
+// Work item n (0, 1, ...) of this CTA: items blockIdx.x, blockIdx.x + gridDim.x, ...; false when
+// the work list is done. The schedule makes near-equal items in whole waves of the grid, so this
+// fixed assignment balances as a shared counter would, and no thread has to wait for another to
+// learn its item (a counter's value handed over in shared memory cost a barrier at every item
+// start, or, through mbarriers, 2-8% of the whole kernel by shape: docs/verify-kernel.md).
+__device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t n) {
+  const int item = static_cast<int>(blockIdx.x + n * gridDim.x);
   if (item >= kp.hdr->num_items) return false;
   d.b = find_base(kp.item_base, kp.p.batch, item);
   const int local = item - kp.item_base[d.b];
@@ -978,7 +931,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     verify_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
 #if TREEMLA_HAS_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ int s_item;
   // The swizzle needs 1024-byte-aligned chunks; the allocation has kSmemBytes - kSmemUsed spare.
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t smem = (raw + 1023u) & ~1023u;
@@ -991,19 +943,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
     }
     mbar_init(smem + Tr::kBarQ, 128);
-    mbar_init(smem + Tr::kBarItemFull, 1);
-    mbar_init(smem + Tr::kBarItemEmpty, Tr::kThreads);
     fence_mbar_init();
   }
   __syncthreads();
   uint32_t uses[2] = {0u, 0u};  // fills of each stage so far (the mbarrier phases)
   Item d;
   // Warp-uniform for the compiler (a shuffle of lane 0): wgmma under a branch it thinks divergent
-  // gets serialized. The roles run separate loops (setmaxnreg sizes each region on its own), take
-  // items through next_item's mbarriers and meet at the end of each item (kBarItem).
+  // gets serialized. The roles run separate loops (setmaxnreg sizes each region on its own) over
+  // the same items (next_item) and meet at the end of each (kBarItem).
   if (__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0) == 2) {
     warpgroup_reg_dealloc<Tr::kProducerRegs>();
-    for (uint32_t n = 0; next_item<Tr>(kp, d, smem, &s_item, n); ++n) {
+    for (uint32_t n = 0; next_item(kp, d, n); ++n) {
       produce_item<T, Tr>(kp, d, smem, uses);
       bar_sync(kBarItem, Tr::kThreads);  // Q and the row statistics are reused by the next item
     }
@@ -1012,7 +962,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // The output accumulators of either kind of item (a narrow one uses the first 32): with an
     // array of its own in each, ptxas serializes every wgmma of the kernel (C7511).
     float o[128];
-    for (uint32_t n = 0; next_item<Tr>(kp, d, smem, &s_item, n); ++n) {
+    for (uint32_t n = 0; next_item(kp, d, n); ++n) {
       if (__shfl_sync(0xffffffffu, static_cast<int>(d.narrow), 0))
         compute_item_narrow<T, Tr>(kp, d, smem, smem_f, uses, n & 1, o);
       else

@@ -47,7 +47,7 @@ struct Sm90aTraits {
   static constexpr int part_begin(int part) { return part == 0 ? 0 : part == 1 ? 4 : 8; }
   static constexpr int part_end(int part) { return part == 0 ? 4 : part == 1 ? 8 : 9; }
   static constexpr int kOffBars = kOffRed + 2 * 4 * kNarrowRows * 4;
-  static constexpr int kNumBars = 2 * kStages * kLoadParts + 3;
+  static constexpr int kNumBars = 2 * kStages * kLoadParts + 1;
   static constexpr int bar_full(int stage, int part) {
     return kOffBars + 8 * (stage * kLoadParts + part);
   }
@@ -57,10 +57,6 @@ struct Sm90aTraits {
   // Arrivals that free each part: WG0 alone, WG1 alone, both groups.
   static constexpr int empty_count(int part) { return part == 2 ? 256 : 128; }
   static constexpr int kBarQ = kOffBars + 8 * (2 * kStages * kLoadParts);
-  // The work-item index in s_item: written (thread 0, one arrival), read by all 384 threads (who
-  // arrive on the second after reading it).
-  static constexpr int kBarItemFull = kBarQ + 8;
-  static constexpr int kBarItemEmpty = kBarQ + 16;
   static constexpr int kSmemUsed = kOffBars + kNumBars * 8;
   // The dynamic allocation is only 16-byte aligned; the kernel rounds its base up to 1024 bytes
   // (the swizzle atom), so ask for that much more.
