@@ -14,9 +14,6 @@ namespace treemla::cuda {
 constexpr int kBlockM = 64;         // folded (node, head) rows per work item
 constexpr int kMinChunkBlocks = 8;  // a work item reads at least this many prefix blocks
 constexpr int kMaxWaves = 8;        // the schedule aims for at most this many waves of work items
-constexpr int kNarrowRows = 16;     // requests of at most this many rows (q_len x H) are "narrow"
-// wait_mode bit: the sm90a family runs narrow requests as 64-row tiles (measurement; correct).
-constexpr int kWaitModeNoNarrow = 128;
 
 struct WorkspaceHeader {
   int counter;     // next work item of the main kernel; reset by schedule and combine
@@ -53,8 +50,7 @@ struct VerifyKernelParams {
   // Measurement switches of the cluster family, from the environment variable TREEMLA_WAIT_MODE
   // (0 in normal use): 1/2/4 spin on test_wait instead of try_wait (producer empty / stage full /
   // peer exchange waits); timing ablations that give WRONG results: 8 skips the peer exchange,
-  // 32 the P V products, 64 the Q K^T products. 128 (kWaitModeNoNarrow, correct results): the
-  // sm90a family computes narrow requests' tiles as 64-row ones.
+  // 32 the P V products, 64 the Q K^T products.
   int wait_mode;
   // workspace views
   WorkspaceHeader* hdr;

@@ -78,7 +78,6 @@ struct Item {
   int n_tail;      // 32-key tail blocks (set bits of tail_bits)
   uint64_t tail_bits;
   int n_blocks;  // n_pfx + ceil(n_tail / 2)
-  bool narrow;   // the request has at most kNarrowRows rows: computed transposed
 };
 
 // The key (logical row of the request) that row r (0..63) of block `it` holds, or -1.
@@ -221,12 +220,10 @@ __device__ void produce_item(const VerifyKernelParams& kp, const Item& d, uint32
 // Compute warpgroups.
 
 // S = Q K^T over all 576 columns: 9 chunks x 4 k-steps of m64n64k16, each part's products issued
-// as soon as that part of the stage has landed. Narrow items (N = 8 registers) compute
-// S^T = K Q^T instead, with m64n16k16 (compute_item_narrow).
-template <typename T, class Tr, int N>
-__device__ __forceinline__ void compute_s(float (&s)[N], uint32_t smem, int stage,
+// as soon as that part of the stage has landed.
+template <typename T, class Tr>
+__device__ __forceinline__ void compute_s(float (&s)[32], uint32_t smem, int stage,
                                           uint32_t parity) {
-  static_assert(N == 32 || N == 8, "64 x 64 or 64 x 16 accumulators");
   const uint32_t sk = smem + Tr::kOffStages + stage * Tr::kTileBytes;
   const uint64_t dq = make_desc(smem + Tr::kOffQ, 16, 1024), dk = make_desc(sk, 16, 1024);
   fence_regs(s);
@@ -240,11 +237,7 @@ __device__ __forceinline__ void compute_s(float (&s)[N], uint32_t smem, int stag
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const uint64_t off = static_cast<uint64_t>((c * 8192 + kk * 32) >> 4);
-        if constexpr (N == 32) {
-          wgmma_m64n64k16_ss<T>(s, dq + off, dk + off, (c | kk) != 0);
-        } else {
-          wgmma_m64n16k16_ss<T, false, 0>(s, dk + off, dq + off, (c | kk) != 0);
-        }
+        wgmma_m64n64k16_ss<T>(s, dq + off, dk + off, (c | kk) != 0);
       }
     }
   }
@@ -356,49 +349,26 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float a0, float a1) {
   }
 }
 
-// What a compute thread of either kind of item knows about itself and the stages.
-struct ComputeThread {
-  // 0 or 1: output columns [256 wg, 256 wg + 256). Read through a shuffle so the compiler knows
-  // it is warp-uniform (wgmma in a branch it thinks divergent gets serialized).
-  int wg;
-  int n_blocks;
-  int wq, g, q4;                            // warp of the group, lane / 4, lane % 4
-  uint32_t stage0, stage1, p0base, p1base;  // the stages and their rope chunks (P)
-  uint32_t empty_base;
-  // Frees what this group read of a stage: its V half (part wg) and, the other group's arrivals
-  // with it, the rope chunk that held P (part 2).
-  template <class Tr>
-  __device__ __forceinline__ void release(int st) const {
-    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + wg));
-    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 2));
-  }
-};
-
-template <class Tr>
-__device__ __forceinline__ ComputeThread compute_thread(const Item& d, uint32_t smem) {
-  ComputeThread ct;
-  ct.wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
-  ct.n_blocks = __shfl_sync(0xffffffffu, d.n_blocks, 0);
-  const int wt = threadIdx.x & 127, lane = wt & 31;
-  ct.wq = wt >> 5;
-  ct.g = lane >> 2;
-  ct.q4 = lane & 3;
-  ct.stage0 = smem + Tr::kOffStages;
-  ct.stage1 = ct.stage0 + Tr::kTileBytes;
-  ct.p0base = ct.stage0 + Tr::kPChunk * Tr::kChunkBytes;
-  ct.p1base = ct.stage1 + Tr::kPChunk * Tr::kChunkBytes;
-  ct.empty_base = smem + Tr::bar_empty(0, 0);
-  return ct;
-}
-
 template <typename T, class Tr>
 __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
-                             float* smem_f, uint32_t (&uses)[2], uint32_t qphase, float (&o)[128]) {
-  const ComputeThread ct = compute_thread<Tr>(d, smem);
-  const int wg = ct.wg, n_blocks = ct.n_blocks, wq = ct.wq, g = ct.g, q4 = ct.q4;
+                             float* smem_f, uint32_t (&uses)[2], uint32_t qphase) {
+  // 0 or 1: output columns [256 wg, 256 wg + 256). Read through a shuffle so the compiler knows
+  // it is warp-uniform (wgmma in a branch it thinks divergent gets serialized).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
+  const int n_blocks = __shfl_sync(0xffffffffu, d.n_blocks, 0);
+  const int wt = threadIdx.x & 127, wq = wt >> 5, lane = wt & 31;
+  const int g = lane >> 2, q4 = lane & 3;
   const float sc = kp.scale_log2;
-  const uint32_t stage0 = ct.stage0, stage1 = ct.stage1, p0base = ct.p0base, p1base = ct.p1base;
-  auto release = [&](int st) { ct.release<Tr>(st); };
+  // Frees what this group read of a stage: its V half (part wg) and, the other group's arrivals
+  // with it, the rope chunk that held P (part 2).
+  const uint32_t empty_base = smem + Tr::bar_empty(0, 0);
+  auto release = [&](int st) {
+    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + wg));
+    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 2));
+  };
+  const uint32_t stage0 = smem + Tr::kOffStages, stage1 = stage0 + Tr::kTileBytes;
+  const uint32_t p0base = stage0 + Tr::kPChunk * Tr::kChunkBytes;
+  const uint32_t p1base = stage1 + Tr::kPChunk * Tr::kChunkBytes;
   float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64]
   float* s_l = smem_f + Tr::kOffL / 4;      // [2][64]
 
@@ -413,6 +383,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   ri.mrow1 = reinterpret_cast<const uint32_t*>(
       kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node1) * kp.p.mask_words);
 
+  float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
@@ -581,319 +552,6 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Narrow items: requests of at most 16 rows (q_len x H; q_len = 1 decode with H <= 16). wgmma's M
-// is 64, so compute_item would do at least four times the tensor work such a tile needs; instead
-// it is computed transposed, the keys on M and the rows on N = 16:
-//   S^T = K Q^T:       36 x m64n16k16, A = the KV block (K-major), B = Q's first 16 rows;
-//   O^T += V^T P^T:    per group 4 x 4 m64n16k16, A = the group's latent chunks read M-major
-//                      (V^T), B = P [16 rows][64 keys] in the stage's rope chunk (K-major).
-// Pairs, the see-saw of the two groups, the stage parts and the lazy rescale are compute_item's.
-// A row's maximum over a block's 64 keys spans the group's four warps: each warp reduces its 16
-// keys with shuffles, the warps meet in shared memory (s_red, the group's own barrier).
-// Thread (warp wq, lane 4 g + q4) holds keys 16 wq + g + 8 hi of S^T and latent columns
-// 256 wg + 64 t + 16 wq + g + 8 hi of O^T, for the rows c(r) = 8 (r >> 1) + 2 q4 + (r & 1),
-// r = 0..3; its accumulator element 4 j + 2 hi + e belongs to row c(2 j + e).
-// Only whole requests take this path: for the last tile of a larger request (e.g. the 8 rows of
-// 520 = 8 x 64 + 8 at q = 65, H = 8) it was measured slower than a 64-row tile (486 against
-// 466 us at 1 x 8 x 65 x 185000; docs/verify-kernel.md): a pair's time is bound by its loads there.
-
-__device__ __forceinline__ int narrow_row(int r, int q4) { return 8 * (r >> 1) + 2 * q4 + (r & 1); }
-
-// O^T[64 t + (0..63), 0..15] += V^T P^T over the stage's 64 keys, for latent chunk t.
-template <typename T, class Tr, int t>
-__device__ __forceinline__ void pv_narrow_tile(float (&o)[64], uint64_t dv, uint64_t dp) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    wgmma_m64n16k16_ss<T, true, 8 * t>(
-        o, dv + static_cast<uint64_t>((t * Tr::kChunkBytes + kk * 2048) >> 4),
-        dp + static_cast<uint64_t>((kk * 32) >> 4), 1);
-  }
-}
-
-// O^T [512 x 16] += V^T P^T over the stage's 64 keys: 8 latent chunks x 4 k-steps.
-template <typename T, class Tr>
-__device__ __forceinline__ void compute_pv_narrow(float (&o)[64], uint32_t stage) {
-  const uint64_t dp = make_desc(stage + Tr::kPChunk * Tr::kChunkBytes, 16, 1024);
-  const uint64_t dv = make_desc(stage, Tr::kChunkBytes, 1024);
-  fence_regs(o);
-  wgmma_fence();
-  pv_narrow_tile<T, Tr, 0>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 1>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 2>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 3>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 4>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 5>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 6>(o, dv, dp);
-  pv_narrow_tile<T, Tr, 7>(o, dv, dp);
-  wgmma_commit();
-}
-
-// What a compute thread knows about its four rows.
-struct NarrowRows {
-  int c[4];  // tile rows
-  bool v[4];
-  const uint32_t* mrow[4];  // tree-mask row of each row's node
-};
-
-__device__ __forceinline__ void mask_s_narrow(float (&s)[8], const Item& d, int it,
-                                              const NarrowRows& nr, int wq, int g) {
-  if (it < d.n_pfx) {
-    const int valid = d.kend - (d.kbeg + it * 64);
-    if (valid >= 64) return;
-#pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      if (16 * wq + g + 8 * hi < valid) continue;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) s[4 * j + 2 * hi] = s[4 * j + 2 * hi + 1] = -INFINITY;
-    }
-    return;
-  }
-  // The warp's 16 keys lie in one 32-key half of the block: half wq / 2.
-  const int k = 2 * (it - d.n_pfx) + (wq >> 1);
-  uint32_t vis[4] = {0u, 0u, 0u, 0u};
-  if (k < d.n_tail) {
-    const int jb = nth_set_bit(d.tail_bits, k);
-    const int v = min(d.rs.q_len - jb * 32, 32);
-    const uint32_t in_range = v >= 32 ? 0xffffffffu : ((1u << v) - 1u);
-#pragma unroll
-    for (int r = 0; r < 4; ++r) vis[r] = nr.v[r] ? in_range & __ldg(nr.mrow[r] + jb) : 0u;
-  }
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int bit = (16 * wq + g + 8 * hi) & 31;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (!((vis[2 * j + e] >> bit) & 1u)) s[4 * j + 2 * hi + e] = -INFINITY;
-  }
-}
-
-// mx[r] = max(mx[r], the block's maximum of row c(r)): the warp's keys by shuffles, the group's
-// four warps through `red` ([4 warps][16 rows]) and the group's barrier `bar`.
-__device__ __forceinline__ void block_max_narrow(const float (&s)[8], float (&mx)[4], float* red,
-                                                 int wq, int g, int q4, int bar) {
-  float w[4];
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) w[2 * j + e] = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    w[r] = fmaxf(w[r], __shfl_xor_sync(0xffffffffu, w[r], 4));
-    w[r] = fmaxf(w[r], __shfl_xor_sync(0xffffffffu, w[r], 8));
-    w[r] = fmaxf(w[r], __shfl_xor_sync(0xffffffffu, w[r], 16));
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) red[16 * wq + narrow_row(r, q4)] = w[r];
-  }
-  bar_sync(bar, 128);
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) mx[r] = fmaxf(mx[r], red[16 * x + narrow_row(r, q4)]);
-}
-
-// P = 2^(S sc - m sc) as P [16 rows][64 keys] into the rope chunk at `pbase` (swizzled, K-major
-// for the B operand); rs: the thread's partial row sums.
-template <typename T>
-__device__ __forceinline__ void write_p_narrow(const float (&s)[8], const float (&m)[4], float sc,
-                                               uint32_t pbase, int wq, int g, int q4,
-                                               float (&rs)[4]) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) rs[r] = 0.f;
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = 2 * j + e;
-      const float mu = m[r] == -INFINITY ? 0.f : m[r] * sc;
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const float pv = fast_exp2(fmaf(s[4 * j + 2 * hi + e], sc, -mu));
-        rs[r] += pv;
-        const uint32_t a = pbase + swizzle128(narrow_row(r, q4), 2 * wq + hi) + 2 * g;
-        const uint16_t bits = static_cast<uint16_t>(pack2<T>(pv, 0.f) & 0xffffu);
-        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a), "h"(bits) : "memory");
-      }
-    }
-}
-
-__device__ __forceinline__ void scale_o_narrow(float (&o)[64], const float (&a)[4]) {
-#pragma unroll
-  for (int t = 0; t < 8; ++t)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) o[8 * t + 4 * j + 2 * hi + e] *= a[2 * j + e];
-}
-
-template <typename T, class Tr>
-__device__ void compute_item_narrow(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
-                                    float* smem_f, uint32_t (&uses)[2], uint32_t qphase,
-                                    float (&o_all)[128]) {
-  float(&o)[64] = *reinterpret_cast<float(*)[64]>(&o_all[0]);
-  const ComputeThread ct = compute_thread<Tr>(d, smem);
-  const int wg = ct.wg, n_blocks = ct.n_blocks, wq = ct.wq, g = ct.g, q4 = ct.q4;
-  const float sc = kp.scale_log2;
-  // Group wg takes the blocks of stage wg (blocks wg, wg + 2, ...), with a state of its own.
-  const uint32_t stage = wg == 0 ? ct.stage0 : ct.stage1;
-  const uint32_t pbase = stage + Tr::kPChunk * Tr::kChunkBytes;
-  const int bar = wg == 0 ? kBarWg0 : kBarWg1;
-  const uint32_t empty = smem + Tr::bar_empty(wg, 0);
-  float* s_red = smem_f + Tr::kOffRed / 4;  // [2 groups][4 warps][16 rows]
-  float* red = s_red + 4 * kNarrowRows * wg;
-  float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64]: each group's row maxima (rows 0..15)
-  float* s_l = smem_f + Tr::kOffL / 4;      // [2][64]: and row sums
-
-  NarrowRows nr;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    nr.c[r] = narrow_row(r, q4);
-    nr.v[r] = d.row0 + nr.c[r] < d.rows;
-    const int node = nr.v[r] ? (d.row0 + nr.c[r]) / d.H : 0;
-    nr.mrow[r] = reinterpret_cast<const uint32_t*>(
-        kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node) * kp.p.mask_words);
-  }
-
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
-  float m[4], l[4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.f;
-  }
-
-  mbar_wait(smem + Tr::kBarQ, qphase);
-  uint32_t use = uses[wg];
-  for (int it = wg; it < n_blocks; it += 2, ++use) {
-    float s[8];
-    compute_s<T, Tr>(s, smem, wg, use & 1);
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(o);
-    mask_s_narrow(s, d, it, nr, wq, g);
-    float mn[4] = {m[0], m[1], m[2], m[3]};
-    block_max_narrow(s, mn, red, wq, g, q4, bar);
-    float rs[4], a[4];
-    write_p_narrow<T>(s, mn, sc, pbase, wq, g, q4, rs);
-    bool moved = false;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      a[r] = rescale(m[r], mn[r], sc);
-      moved |= a[r] != 1.f;
-      l[r] = l[r] * a[r] + rs[r];
-      m[r] = mn[r];
-    }
-    if (moved) scale_o_narrow(o, a);
-    fence_proxy_async();
-    bar_sync(bar, 128);  // the group's P is written (and its s_red reads are done)
-    compute_pv_narrow<T, Tr>(o, stage);
-    wgmma_wait<0>();
-    fence_regs(o);
-    // The group alone read the stage: its arrivals free all three parts (the rope chunk counts
-    // both groups' in wide items).
-    mbar_arrive(empty);
-    mbar_arrive(empty + 8);
-    mbar_arrive(empty + 16, 2);
-  }
-  uses[0] += (n_blocks + 1) / 2;  // the producer's fills of each stage in this item
-  uses[1] += n_blocks / 2;
-
-  // ---- epilogue: merge the two groups' states ----
-  // Row sums over the warp's keys, then the group's four warps.
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 4);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 8);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 16);
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) red[16 * wq + nr.c[r]] = l[r];
-  }
-  bar_sync(bar, 128);
-  if (wq == 0 && g == 0) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int c = nr.c[r];
-      s_l[64 * wg + c] = red[c] + red[16 + c] + red[32 + c] + red[48 + c];
-      s_max[64 * wg + c] = m[r];
-    }
-  }
-  bar_sync(kBarBoth, 256);  // both groups are done with Q and their stages; maxima and sums out
-  float own[4], inv[4], lse[4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int c = nr.c[r];
-    const float m0 = s_max[c], m1 = s_max[64 + c];
-    const float mx = fmaxf(m0, m1);
-    const float f0 = rescale(m0, mx, sc), f1 = rescale(m1, mx, sc);
-    const float sum = f0 * s_l[c] + f1 * s_l[64 + c];
-    own[r] = wg == 0 ? f0 : f1;
-    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-    lse[r] = sum > 0.f ? mx * sc + __log2f(sum) : -INFINITY;  // log2 domain
-  }
-  // Group wg finishes output columns [256 wg, 256 wg + 256); it hands its share of the other
-  // half to the other group through the Q buffer (free now), as [512 columns][16 rows] fp32.
-  float* xbuf = smem_f + Tr::kOffQ / 4;
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    if ((t >> 2) == wg) continue;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = 2 * j + e, col = 64 * t + 16 * wq + g + 8 * hi;
-          xbuf[col * 16 + nr.c[r]] = o[8 * t + 4 * j + 2 * hi + e] * own[r];
-        }
-  }
-  bar_sync(kBarBoth, 256);
-  constexpr float kLn2 = 0.69314718055994530942f;
-  const int64_t grow = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0;
-  const bool final_out = d.rs.splits == 1;
-  const int64_t slot = d.rs.part_base + static_cast<int64_t>(d.split) * d.rs.tiles + d.tile;
-  float* po = kp.part_o + slot * kBlockM * kHeadDimV;
-  T* out = static_cast<T*>(kp.o);
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    if ((t >> 2) != wg) continue;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = 2 * j + e;
-          if (!nr.v[r]) continue;
-          const int col = 64 * t + 16 * wq + g + 8 * hi;
-          const float v =
-              (o[8 * t + 4 * j + 2 * hi + e] * own[r] + xbuf[col * 16 + nr.c[r]]) * inv[r];
-          if (final_out)
-            out[(grow + nr.c[r]) * kHeadDimV + col] = from_float<T>(v);
-          else
-            po[nr.c[r] * kHeadDimV + col] = v;
-        }
-  }
-  if (wg == 0 && wq == 0 && g == 0) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (!nr.v[r]) continue;
-      if (final_out)
-        kp.lse[grow + nr.c[r]] = lse[r] * kLn2;
-      else
-        kp.part_lse[slot * kBlockM + nr.c[r]] = lse[r];
-    }
-  }
-}
-
 // Work item n (0, 1, ...) of this CTA: items blockIdx.x, blockIdx.x + gridDim.x, ...; false when
 // the work list is done. The schedule makes near-equal items in whole waves of the grid, so this
 // fixed assignment balances as a shared counter would, and no thread has to wait for another to
@@ -920,7 +578,6 @@ __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d,
   d.tail_bits = do_tail ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
   d.n_tail = __popcll(d.tail_bits);
   d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + (d.n_tail + 1) / 2, 0);
-  d.narrow = d.rows <= kNarrowRows && !(kp.wait_mode & kWaitModeNoNarrow);
   return true;
 }
 
@@ -959,14 +616,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
   } else {
     warpgroup_reg_alloc<Tr::kComputeRegs>();
-    // The output accumulators of either kind of item (a narrow one uses the first 32): with an
-    // array of its own in each, ptxas serializes every wgmma of the kernel (C7511).
-    float o[128];
     for (uint32_t n = 0; next_item(kp, d, n); ++n) {
-      if (__shfl_sync(0xffffffffu, static_cast<int>(d.narrow), 0))
-        compute_item_narrow<T, Tr>(kp, d, smem, smem_f, uses, n & 1, o);
-      else
-        compute_item<T, Tr>(kp, d, smem, smem_f, uses, n & 1, o);
+      compute_item<T, Tr>(kp, d, smem, smem_f, uses, n & 1);
       bar_sync(kBarItem, Tr::kThreads);
     }
   }

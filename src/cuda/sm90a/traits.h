@@ -34,9 +34,6 @@ struct Sm90aTraits {
   static constexpr int kOffStages = kOffQ + kTileBytes;
   static constexpr int kOffMax = kOffStages + kStages * kTileBytes;  // [2][64] fp32 row maxima
   static constexpr int kOffL = kOffMax + 2 * kBlockM * 4;            // [2][64] fp32 row sums
-  // Narrow items (at most kNarrowRows rows, computed transposed: kernel.cuh): each warp's row
-  // maxima of a block and, in the epilogue, its row sums, [2 groups][4 warps][16 rows] fp32.
-  static constexpr int kOffRed = kOffL + 2 * kBlockM * 4;
   // A stage lands, and is freed, in three parts: the latent columns [0, 256) (chunks 0-3, the
   // V half that WG0 reads), [256, 512) (chunks 4-7, WG1's V half) and the rope chunk 8 (P once
   // S is computed, read by both). Each part has its own full mbarrier (S starts on the first part
@@ -46,7 +43,7 @@ struct Sm90aTraits {
   static constexpr int kLoadParts = 3;
   static constexpr int part_begin(int part) { return part == 0 ? 0 : part == 1 ? 4 : 8; }
   static constexpr int part_end(int part) { return part == 0 ? 4 : part == 1 ? 8 : 9; }
-  static constexpr int kOffBars = kOffRed + 2 * 4 * kNarrowRows * 4;
+  static constexpr int kOffBars = kOffL + 2 * kBlockM * 4;
   static constexpr int kNumBars = 2 * kStages * kLoadParts + 1;
   static constexpr int bar_full(int stage, int part) {
     return kOffBars + 8 * (stage * kLoadParts + part);

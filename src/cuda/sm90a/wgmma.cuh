@@ -143,37 +143,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_tnspb(float (&d)[128], uint6
 }
 #undef TREEMLA_WGMMA_M64N256K16
 
-// One asm statement per element type and operand major-ness (TA: A transposed, i.e. M-major).
-// d is the 8-register accumulator of a 64 x 16 tile, d[o .. o + 7] of a larger array.
-#define TREEMLA_WGMMA_M64N16K16(TY, TA)                                                 \
-  asm volatile(                                                                         \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                      \
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY                           \
-      " {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, " TA ", 0;\n}\n"             \
-      : "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), \
-        "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])                                  \
-      : "l"(da), "l"(db), "r"(scale_d))
-
-// D[64 x 16] (+)= A[64 x 16] B[16 x 16] from shared memory, B K-major; A K-major, or M-major
-// when kTransA. The narrow items' S^T = K Q^T (A = the KV block, B = 16 rows of Q) and O^T +=
-// V^T P^T (A = 64 latent columns x 16 keys of the KV block read as V^T, B = P [16 rows][64 keys]).
-template <typename T, bool kTransA, int o, int N>
-__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[N], uint64_t da, uint64_t db,
-                                                   int scale_d) {
-  static_assert(o + 8 <= N, "accumulator slice");
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (kBf16 && kTransA) {
-    TREEMLA_WGMMA_M64N16K16("bf16", "1");
-  } else if constexpr (kBf16) {
-    TREEMLA_WGMMA_M64N16K16("bf16", "0");
-  } else if constexpr (kTransA) {
-    TREEMLA_WGMMA_M64N16K16("f16", "1");
-  } else {
-    TREEMLA_WGMMA_M64N16K16("f16", "0");
-  }
-}
-#undef TREEMLA_WGMMA_M64N16K16
-
 #endif  // TREEMLA_HAS_WGMMA
 
 }  // namespace treemla::cuda::sm90a
