@@ -34,7 +34,9 @@
 // read one block ahead and used after the wait. Q is loaded the same way at the start of an item.
 // Tried and dropped (docs/verify-kernel.md): L2 prefetch of later blocks by the producer (20%
 // slower), WG1 issuing P_A V_A before its softmax (no gain; slower on small items), TMA copies of
-// whole 32-key halves (no faster than cp.async).
+// whole 32-key halves (no faster than cp.async), tiles of at most 16 rows computed transposed
+// (S^T = K Q^T, O^T += V^T P^T: decode 6-8% faster, but the tree shapes 1-3% slower with that
+// path in the kernel; commit e196e0e has it).
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
