@@ -8,8 +8,9 @@
 #   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
 #             page-size-1 and tail cases (bench.json / bench.txt)
 #   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
-#   env:V=X   (e.g. "env:TREEMLA_NARROW_PCT=100") the sm90a rows of .gpu/treemla with that
-#             environment variable set (measurement switches, verify_kernel_params.h)
+#   env:V=X   the sm90a rows of .gpu/treemla with environment variable V set to X (for builds
+#             that read a measurement switch; e.g. the cluster family's TREEMLA_WAIT_MODE,
+#             verify_kernel_params.h, has none for sm90a today)
 #   cost      the verify cost table of the default family (cost-table.json)
 #   binding   builds the PyTorch binding for 9.0a in the background (binding-build.log); a later
 #             "binding-test" waits for it and runs the binding's tests (binding-tests.log)
