@@ -10,24 +10,23 @@
 //
 // Warpgroups: WG0 and WG1 compute; WG2 loads. WG0 owns output columns [0, 256), WG1 [256, 512)
 // (O: 64 x 256 fp32, 128 registers a thread). Blocks go in pairs (A, B) = (2p, 2p + 1), A in
-// stage 0 and B in stage 1; WG0 computes S_A = Q K_A^T, WG1 S_B (36 wgmma m64n64k16 each), and the
-// two groups see-saw over the pair:
-//   WG0: mA = max(m, rowmax S_A) (tells WG1: barrier A); P_A = 2^(S_A - mA) in registers;
-//        O_L = O_L 2^(m - mA) + P_A V_A[:, 0:256] (P from registers).
-//   WG1: meanwhile; then mB = max(mA, rowmax S_B) (tells WG0: barrier B); P_B = 2^(S_B - mB) into
-//        stage 1's rope chunk (dead once S_B is done; barrier PB) and registers;
-//        O_R = O_R 2^(m - mB) + P_B V_B[:, 256:] (P from registers).
-//   WG0: P_A 2^(mA - mB) = 2^(S_A - mB) into stage 0's rope chunk (barrier PA);
-//        O_L = O_L 2^(mA - mB) + P_B V_B[:, 0:256] (P from shared memory), then S of the next A.
-//   WG1: O_R += P_A V_A[:, 256:] (P from shared memory), then S of the next B.
+// stage 0 and B in stage 1, and the two groups see-saw over them:
+//   WG0: S_A = Q K_A^T (36 wgmma m64n64k16); mA = max(m, rowmax S_A); P_A = exp2(S_A - mA) into
+//        the rope chunk of stage 0 (dead once S_A is done); tell WG1 (named barrier A);
+//        O_L = O_L * 2^(m - mA) + P_A V_A[:, 0:256].
+//   WG1: S_B = Q K_B^T meanwhile; waits for A; mB = max(mA, rowmax S_B); P_B into stage 1's rope
+//        chunk; tells WG0 (barrier B); O_R = (O_R * 2^(m - mA) + P_A V_A[:, 256:]) * 2^(mA - mB)
+//        + P_B V_B[:, 256:].
+//   WG0: waits for B; O_L = O_L * 2^(mA - mB) + P_B V_B[:, 0:256].
 // Both end the pair at row max mB. Each group keeps the row sums of the P it computed, at the
-// current max; the epilogue adds the two. Every S is computed once, every P V column once. WG1
-// moves O_R to mB before either of its products, so they need no rescale between them; WG0
-// rescales between its two, whose first it waits for anyway to free chunks 0-3 of stage 0. Each
-// group issues the next pair's S as soon as its own products are issued, so WG0's S of the next
-// A runs while WG1 finishes the pair, and WG1's S of the next B while WG0 computes its softmax.
+// current max; the epilogue adds the two. Every S is computed once, every P V column once, and
+// one group's softmax runs while the other's products keep the tensor cores busy. A group skips
+// the rescale when B moves none of its row maxima (most pairs of a long prefix); WG1 then also
+// issues its second P V without waiting for the first.
 // Stages are freed in three parts (traits.h): chunks 0-3 once WG0's P V on the stage is done,
-// chunks 4-7 once WG1's is, the rope chunk once its P has been read by the other group.
+// chunks 4-7 once WG1's is, the rope chunk (P) once both are; WG0 waits for its P_A V_A before
+// waiting for WG1's softmax of B, so chunks 0-3 of stage 0 are refilled while the rest of the
+// pair is computed.
 // Producer: per block, waits for each part of the stage to be free and copies the 64 rows' columns
 // of that part with cp.async (16 bytes a copy, into the swizzled layout), zero-filling rows that
 // are not keys (V must be finite where P = 0); each part lands on its own full mbarrier, so S
@@ -62,10 +61,10 @@ namespace treemla::cuda::sm90a {
 #if TREEMLA_HAS_WGMMA
 
 // Named barriers (0 is __syncthreads).
-constexpr int kBarA = 1;     // WG0 arrives, WG1 waits: mA (row maxima of A) in shared memory
-constexpr int kBarB = 2;     // WG1 arrives, WG0 waits: mB
-constexpr int kBarPA = 3;    // WG0 arrives, WG1 waits: P_A (at mB) in stage 0's rope chunk
-constexpr int kBarPB = 4;    // WG1 arrives, WG0 waits: P_B in stage 1's rope chunk
+constexpr int kBarA = 1;     // WG0 arrives, WG1 waits: P_A and mA are in shared memory
+constexpr int kBarB = 2;     // WG1 arrives, WG0 waits: P_B and mB
+constexpr int kBarWg0 = 3;   // WG0 alone: its P_A writes are all done
+constexpr int kBarWg1 = 4;   // WG1 alone: its P_B writes are all done
 constexpr int kBarBoth = 5;  // WG0 + WG1: the epilogue's row-sum swap
 // All 384 threads at the end of each item. Not barrier 0: the roles reach it from their own loops,
 // and compute-sanitizer racecheck takes barrier 0 for __syncthreads at one place in the code.
@@ -100,6 +99,19 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
 }
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Whether `pred` holds for any thread of the 128 that meet at named barrier `id` (a barrier
+// too); the same answer in every thread, read through a shuffle so the compiler knows it is.
+__device__ __forceinline__ bool group_any(int id, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\n"
+      "selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id)
+      : "memory");
+  return __shfl_sync(0xffffffffu, r, 0) != 0;
 }
 
 // 2^((m_old - m_new) * sc): the factor that moves a state at max m_old to max m_new >= m_old.
@@ -209,17 +221,16 @@ __device__ void produce_item(const VerifyKernelParams& kp, const Item& d, uint32
 // ---------------------------------------------------------------------------------------------
 // Compute warpgroups.
 
-// S = Q K^T over the 576 columns of parts [p_begin, p_end) of a stage (part 0 first overwrites
-// S): 4 k-steps of m64n64k16 per 64-column chunk, each part's products issued as soon as that
-// part of the stage has landed. One commit group.
+// S = Q K^T over all 576 columns: 9 chunks x 4 k-steps of m64n64k16, each part's products issued
+// as soon as that part of the stage has landed.
 template <typename T, class Tr>
-__device__ __forceinline__ void compute_s(float (&s)[32], uint32_t smem, int stage, uint32_t parity,
-                                          int p_begin, int p_end) {
+__device__ __forceinline__ void compute_s(float (&s)[32], uint32_t smem, int stage,
+                                          uint32_t parity) {
   const uint32_t sk = smem + Tr::kOffStages + stage * Tr::kTileBytes;
   const uint64_t dq = make_desc(smem + Tr::kOffQ, 16, 1024), dk = make_desc(sk, 16, 1024);
+  fence_regs(s);
 #pragma unroll
   for (int part = 0; part < Tr::kLoadParts; ++part) {
-    if (part < p_begin || part >= p_end) continue;
     mbar_wait(smem + Tr::bar_full(stage, part), parity);
     fence_proxy_async();  // the part's cp.async writes, seen by wgmma
     wgmma_fence();
@@ -235,35 +246,18 @@ __device__ __forceinline__ void compute_s(float (&s)[32], uint32_t smem, int sta
   wgmma_commit();
 }
 
-// O[:, 256 half ...] += P V with P (64 x 64 keys) from the stage's rope chunk, V = the stage's
-// latent chunks [4 half, 4 half + 4), N-major. One commit group.
-// kFenceO = false when O may be in flight (the caller fenced it before its first product).
-template <typename T, class Tr, bool kFenceO = true>
+// O[:, 256 half ...] += P V: P (64 x 64 keys) in the stage's rope chunk, V = the stage's latent
+// chunks [4 half, 4 half + 4), N-major.
+template <typename T, class Tr>
 __device__ __forceinline__ void compute_pv(float (&o)[128], uint32_t stage, int half) {
   const uint64_t dp = make_desc(stage + Tr::kPChunk * Tr::kChunkBytes, 16, 1024);
   const uint64_t dv = make_desc(stage + 4 * half * Tr::kChunkBytes, Tr::kChunkBytes, 1024);
-  if (kFenceO) fence_regs(o);  // the rescale of O happens before the fence, not sunk past it
+  fence_regs(o);  // the rescale of O happens before the fence, not sunk past it
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     wgmma_m64n256k16_ss_tnspb<T>(o, dp + static_cast<uint64_t>((kk * 32) >> 4),
                                  dv + static_cast<uint64_t>((kk * 2048) >> 4), 1);
-  }
-  wgmma_commit();
-}
-
-// The same with P from the group's registers (p: the packed P of softmax_p, 4 registers a
-// k-step). One commit group; p stays unchanged until the wait (fence_regs_u32 after it).
-template <typename T, class Tr>
-__device__ __forceinline__ void compute_pv_rs(float (&o)[128], uint32_t (&p)[16], uint32_t stage,
-                                              int half) {
-  const uint64_t dv = make_desc(stage + 4 * half * Tr::kChunkBytes, Tr::kChunkBytes, 1024);
-  fence_regs(o);
-  fence_regs_u32(p);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    wgmma_m64n256k16_rs_tnspb<T>(o, p + 4 * kk, dv + static_cast<uint64_t>((kk * 2048) >> 4), 1);
   }
   wgmma_commit();
 }
@@ -324,11 +318,12 @@ __device__ __forceinline__ void row_max(const float (&s)[32], float& mx0, float&
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
 }
 
-// P = 2^(S sc - m sc), packed two to a register in the layout of a wgmma A fragment (register
-// 2 i: row r0, keys 8 i + 2 q4 + {0, 1}; 2 i + 1: row r1); returns the thread's partial row sums.
+// P = 2^(S sc - m sc) into the rope chunk at `pbase` (64 rows x 64 keys, swizzled); returns the
+// thread's partial row sums.
 template <typename T>
-__device__ __forceinline__ void softmax_p(const float (&s)[32], float m0, float m1, float sc,
-                                          uint32_t (&p)[16], float& rs0, float& rs1) {
+__device__ __forceinline__ void write_p(const float (&s)[32], float m0, float m1, float sc,
+                                        uint32_t pbase, const RowInfo& ri, int q4, float& rs0,
+                                        float& rs1) {
   const float mu0 = m0 == -INFINITY ? 0.f : m0 * sc, mu1 = m1 == -INFINITY ? 0.f : m1 * sc;
   rs0 = rs1 = 0.f;
 #pragma unroll
@@ -339,20 +334,10 @@ __device__ __forceinline__ void softmax_p(const float (&s)[32], float m0, float 
     const float p3 = fast_exp2(fmaf(s[4 * i + 3], sc, -mu1));
     rs0 += p0 + p1;
     rs1 += p2 + p3;
-    p[2 * i] = pack2<T>(p0, p1);
-    p[2 * i + 1] = pack2<T>(p2, p3);
-  }
-}
-
-// Packed P (softmax_p's layout) into the rope chunk at `pbase` (64 rows x 64 keys, swizzled).
-__device__ __forceinline__ void store_p(const uint32_t (&p)[16], uint32_t pbase, const RowInfo& ri,
-                                        int q4) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
     const uint32_t a0 = pbase + swizzle128(ri.r0, i) + 4 * q4;
     const uint32_t a1 = pbase + swizzle128(ri.r1, i) + 4 * q4;
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(p[2 * i]) : "memory");
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(p[2 * i + 1]) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(pack2<T>(p0, p1)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(pack2<T>(p2, p3)) : "memory");
   }
 }
 
@@ -366,11 +351,6 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float a0, float a1) {
   }
 }
 
-// Both compute groups run this for one item (see the top of the file for the schedule). On entry
-// to each pair (A, B) = (it, it + 1), WG0 holds S_A and WG1 holds S_B: the first pair's are
-// computed before the loop, the next pair's at the end of each iteration, each group's issued as
-// soon as its own products of the pair are issued, so one group's S runs on the tensor cores
-// while the other computes its softmax.
 template <typename T, class Tr>
 __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
                              float* smem_f, uint32_t (&uses)[2], uint32_t qphase) {
@@ -381,10 +361,12 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   const int wt = threadIdx.x & 127, wq = wt >> 5, lane = wt & 31;
   const int g = lane >> 2, q4 = lane & 3;
   const float sc = kp.scale_log2;
-  // Part `part` of stage `st` is free as far as this thread is concerned.
+  // Frees what this group read of a stage: its V half (part wg) and, the other group's arrivals
+  // with it, the rope chunk that held P (part 2).
   const uint32_t empty_base = smem + Tr::bar_empty(0, 0);
-  auto release = [&](int st, int part) {
-    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + part));
+  auto release = [&](int st) {
+    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + wg));
+    mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 2));
   };
   const uint32_t stage0 = smem + Tr::kOffStages, stage1 = stage0 + Tr::kTileBytes;
   const uint32_t p0base = stage0 + Tr::kPChunk * Tr::kChunkBytes;
@@ -407,153 +389,113 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-  float s[32];
 
   mbar_wait(smem + Tr::kBarQ, qphase);
-  // Block wg of the item (stage wg) is the first this group computes S of.
-  if (wg < n_blocks) {
-    compute_s<T, Tr>(s, smem, wg, uses[wg] & 1, 0, Tr::kLoadParts);
-    wgmma_wait<0>();
-    fence_regs(s);
-  }
   for (int it = 0; it < n_blocks; it += 2) {
     const bool has_b = it + 1 < n_blocks;
-    uint32_t p[16];
+    float s[32];
     if (wg == 0) {
-      // Softmax of A at mA = max(m, rowmax S_A); WG1 needs mA for B's.
+      // S_A, softmax, P_A for WG1.
+      compute_s<T, Tr>(s, smem, 0, uses[0] & 1);
+      wgmma_wait<0>();
+      fence_regs(s);
       fence_regs(o);
       mask_s(s, d, it, ri, q4);
       float ma0 = m0, ma1 = m1;
       row_max(s, ma0, ma1);
+      float rs0, rs1;
+      write_p<T>(s, ma0, ma1, sc, p0base, ri, q4, rs0, rs1);
       if (q4 == 0) {
         s_max[ri.r0] = ma0;
         s_max[ri.r1] = ma1;
       }
+      fence_proxy_async();
+      bar_sync(kBarWg0, 128);
       bar_arrive(kBarA, 256);
-      float rs0, rs1;
-      softmax_p<T>(s, ma0, ma1, sc, p, rs0, rs1);
-      // O_L = O_L 2^(m - mA) + P_A V_A[:, 0:256], P_A from registers.
+      // O_L += P_A V_A. WG0 has nothing to do until WG1's softmax of B, so it waits for the
+      // product here and frees chunks 0-3 of stage 0 at once (the producer refills them while
+      // the rest of the pair is computed).
       const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
       l0 = l0 * a0 + rs0;
       l1 = l1 * a1 + rs1;
-      if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
-      compute_pv_rs<T, Tr>(o, p, stage0, 0);
-      // P_A at the pair's max mB (WG1's softmax of B) into stage 0's rope chunk, for WG1's
-      // P_A V_A[:, 256:]. Rows whose max B did not move (most, once the maxima settle) store the
-      // registers as they are.
-      float mb0 = ma0, mb1 = ma1;
-      if (has_b) {
-        bar_sync(kBarB, 256);
-        mb0 = s_max[64 + ri.r0];
-        mb1 = s_max[64 + ri.r1];
-      }
-      if (mb0 == ma0 && mb1 == ma1) {
-        store_p(p, p0base, ri, q4);
-      } else {
-        uint32_t pb[16];
-        float t0, t1;
-        softmax_p<T>(s, mb0, mb1, sc, pb, t0, t1);
-        store_p(pb, p0base, ri, q4);
-      }
-      fence_proxy_async();
-      bar_arrive(kBarPA, 256);
-      release(0, 2);  // stage 0's rope chunk: read by S_A, written with P_A; WG1 frees it too
+      scale_o(o, a0, a1);
+      compute_pv<T, Tr>(o, stage0, 0);
+      m0 = ma0;
+      m1 = ma1;
       wgmma_wait<0>();
       fence_regs(o);
-      fence_regs_u32(p);
-      release(0, 0);  // chunks 0-3 of stage 0 (V_A's left half): refilled while the pair goes on
-      ++uses[0];
+      release(0);
       if (has_b) {
-        // O_L = O_L 2^(mA - mB) + P_B V_B[:, 0:256], P_B from stage 1's rope chunk (WG1's).
+        // O_L += P_B V_B at WG1's max. Once the row maxima settle (most blocks of a long prefix)
+        // B moved none of the thread's rows, and the rescale is skipped.
+        bar_sync(kBarB, 256);
+        const float mb0 = s_max[64 + ri.r0], mb1 = s_max[64 + ri.r1];
         const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
         if (b0 != 1.f || b1 != 1.f) {
           l0 *= b0;
           l1 *= b1;
           scale_o(o, b0, b1);
         }
-        bar_sync(kBarPB, 256);
         compute_pv<T, Tr>(o, stage1, 0);
-        ++uses[1];
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(1);
+        m0 = mb0;
+        m1 = mb1;
       }
-      m0 = mb0;
-      m1 = mb1;
-      // S of the next pair's A: its chunks 0-3 were freed above, so they are likely in. ptxas
-      // serializes every wgmma of the kernel (C7514/C7515) if a path can leave P_B V_B in flight
-      // at the epilogue, or if S's chain is split by a branch or a fence of O: keep this shape.
-      if (it + 2 < n_blocks) {
-        compute_s<T, Tr>(s, smem, 0, uses[0] & 1, 0, 1);
-        wgmma_wait<1>();  // P_B V_B done: chunks 0-3 and the rope chunk of stage 1 are free
-        release(1, 0);
-        release(1, 2);
-        compute_s<T, Tr>(s, smem, 0, uses[0] & 1, 1, Tr::kLoadParts);
+    } else {
+      // S_B runs while WG0 works on A; the softmax of B waits for WG0's max.
+      float mb0 = -INFINITY, mb1 = -INFINITY, rs0 = 0.f, rs1 = 0.f;
+      if (has_b) {
+        compute_s<T, Tr>(s, smem, 1, uses[1] & 1);
         wgmma_wait<0>();
         fence_regs(s);
-      } else {
-        wgmma_wait<0>();
-        if (has_b) {
-          release(1, 0);
-          release(1, 2);
-        }
-      }
-      fence_regs(o);  // after every wait (a fence of O while S is in flight serializes wgmma)
-    } else {
-      // Softmax of B at mB = max(mA, rowmax S_B); O_R moves to mB at once, so WG1's products
-      // need no rescale between them.
-      float mb0 = -INFINITY, mb1 = -INFINITY;
-      if (has_b) {
         fence_regs(o);
         mask_s(s, d, it + 1, ri, q4);
         row_max(s, mb0, mb1);
       }
       bar_sync(kBarA, 256);
-      mb0 = fmaxf(mb0, s_max[ri.r0]);
-      mb1 = fmaxf(mb1, s_max[ri.r1]);
-      const float a0 = rescale(m0, mb0, sc), a1 = rescale(m1, mb1, sc);
-      l0 *= a0;
-      l1 *= a1;
-      if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
-      fence_regs(o);  // not later: P_B V_B may be in flight when P_A V_A is issued
+      const float ma0 = s_max[ri.r0], ma1 = s_max[ri.r1];
+      mb0 = fmaxf(mb0, ma0);
+      mb1 = fmaxf(mb1, ma1);
       if (has_b) {
+        write_p<T>(s, mb0, mb1, sc, p1base, ri, q4, rs0, rs1);
         if (q4 == 0) {
           s_max[64 + ri.r0] = mb0;
           s_max[64 + ri.r1] = mb1;
         }
-        bar_arrive(kBarB, 256);
-        float rs0, rs1;
-        softmax_p<T>(s, mb0, mb1, sc, p, rs0, rs1);
-        l0 += rs0;
-        l1 += rs1;
-        store_p(p, p1base, ri, q4);  // for WG0's P_B V_B[:, 0:256]
         fence_proxy_async();
-        bar_arrive(kBarPB, 256);
-        release(1, 2);  // stage 1's rope chunk: read by S_B, written with P_B; WG0 frees it too
-        // O_R += P_B V_B[:, 256:], P_B from registers.
-        compute_pv_rs<T, Tr>(o, p, stage1, 1);
+        bar_arrive(kBarB, 256);
       }
-      // O_R += P_A V_A[:, 256:], P_A (at mB) from stage 0's rope chunk (WG0's).
-      bar_sync(kBarPA, 256);
-      compute_pv<T, Tr, false>(o, stage0, 1);
+      // O_R += P_A V_A at WG0's max, then O_R += P_B V_B at this group's.
+      scale_o(o, rescale(m0, ma0, sc), rescale(m1, ma1, sc));
+      compute_pv<T, Tr>(o, stage0, 1);
       if (has_b) {
+        // The vote is also the barrier after which every thread's P_B is written.
+        const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
+        if (group_any(kBarWg1, b0 != 1.f || b1 != 1.f)) {
+          wgmma_wait<0>();
+          fence_regs(o);
+          scale_o(o, b0, b1);
+        }
+        compute_pv<T, Tr>(o, stage1, 1);
         wgmma_wait<1>();
-        fence_regs_u32(p);
-        release(1, 1);  // chunks 4-7 of stage 1
+        release(0);
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(1);
+      } else {
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(0);
       }
-      wgmma_wait<0>();
-      fence_regs(o);
-      release(0, 1);  // chunks 4-7 of stage 0
-      release(0, 2);
-      ++uses[0];
-      if (has_b) ++uses[1];
+      l0 = l0 * rescale(m0, mb0, sc) + rs0;
+      l1 = l1 * rescale(m1, mb1, sc) + rs1;
       m0 = mb0;
       m1 = mb1;
-      if (it + 3 < n_blocks) {
-        // S of the next pair's B, while WG0 computes the softmax of A.
-        compute_s<T, Tr>(s, smem, 1, uses[1] & 1, 0, Tr::kLoadParts);
-        wgmma_wait<0>();
-        fence_regs(s);
-        fence_regs(o);
-      }
     }
+    ++uses[0];
+    if (has_b) ++uses[1];
   }
 
   // ---- epilogue: add the two groups' row sums ----
