@@ -20,9 +20,10 @@
 //   WG0: waits for B; O_L = O_L * 2^(mA - mB) + P_B V_B[:, 0:256].
 // Both end the pair at row max mB. Each group keeps the row sums of the P it computed, at the
 // current max; the epilogue adds the two. Every S is computed once, every P V column once, and
-// one group's softmax runs while the other's products keep the tensor cores busy. A group skips
-// the rescale when B moves none of its row maxima (most pairs of a long prefix); WG1 then also
-// issues its second P V without waiting for the first.
+// one group's softmax runs while the other's products keep the tensor cores busy. A thread skips
+// a rescale of O that moves none of its two rows' maxima (most blocks of a long prefix; 3% at
+// 1, 128, 64, 131072); when B moves none of WG1's, WG1 also issues its second P V without
+// waiting for the first.
 // Stages are freed in three parts (traits.h): chunks 0-3 once WG0's P V on the stage is done,
 // chunks 4-7 once WG1's is, the rope chunk (P) once both are; WG0 waits for its P_A V_A before
 // waiting for WG1's softmax of B, so chunks 0-3 of stage 0 are refilled while the rest of the
@@ -418,7 +419,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
       l0 = l0 * a0 + rs0;
       l1 = l1 * a1 + rs1;
-      scale_o(o, a0, a1);
+      if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);  // most blocks of a long prefix move no max
       compute_pv<T, Tr>(o, stage0, 0);
       m0 = ma0;
       m1 = ma1;
@@ -468,7 +469,8 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
         bar_arrive(kBarB, 256);
       }
       // O_R += P_A V_A at WG0's max, then O_R += P_B V_B at this group's.
-      scale_o(o, rescale(m0, ma0, sc), rescale(m1, ma1, sc));
+      const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
+      if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
       compute_pv<T, Tr>(o, stage0, 1);
       if (has_b) {
         // The vote is also the barrier after which every thread's P_B is written.
