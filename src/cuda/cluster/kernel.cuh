@@ -91,15 +91,15 @@ __device__ __forceinline__ V sub(int g, V a, V b) {
 
 __device__ __forceinline__ Item decode_item(const VerifyKernelParams& kp, int item, int lane) {
   Item it;
-  it.b = find_base(kp.item_base, kp.p.batch, item);
+  const ItemPos pos = locate_item(kp, item);
+  it.b = pos.b;
   it.rs = kp.sched[it.b];
-  const int local = item - kp.item_base[it.b];
-  it.tile = local % it.rs.tiles;
+  it.tile = pos.tile;
   it.pair = it.rs.pair;
   const int nsub = it.pair ? 2 : 1;
-  const int first = (local / it.rs.tiles) * nsub;
-  const bool tail_item =
-      kp.p.part != VerifyPart::kPrefix && it.rs.q_len > 0 && first + nsub == it.rs.splits;
+  const int first = pos.index * nsub;
+  // The item's last split is the request's last (a pair item covers two).
+  const bool tail_item = split_has_tail(kp, it.rs, first + nsub - 1);
   const uint64_t tbits = tail_item ? tile_tail_bits(kp, it.rs, it.tile, lane) : 0;
   auto range = [&](int s, int& pb_begin, int& n_pb) {
     int pb_end;

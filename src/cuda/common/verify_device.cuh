@@ -1,7 +1,8 @@
 // Device helpers shared by the verify kernels (schedule, main, combine): recording a device-side
-// check's failure in the workspace header, finding which request a work item belongs to, a
-// split's prefix blocks, the tail blocks a row tile can see, and the small arithmetic the
-// main-kernel families share (exp2, the k-th set bit of the tail bitmap).
+// check's failure in the workspace header, finding which request, row tile and split a work item
+// is, a split's prefix blocks and whether it attends the tree tail, the tail blocks a row tile can
+// see, and the small arithmetic the main-kernel families share (exp2, the k-th set bit of the tail
+// bitmap).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,29 @@ __device__ __forceinline__ int find_base(const int* base, int n, int x) {
       hi = mid - 1;
   }
   return lo;
+}
+
+// Where work item `item` of the schedule sits: request b, row tile, and its index among the
+// request's items of that tile (items of a request go tile-fastest). That index is the split,
+// except for the cluster family's pair items, which cover splits 2 index and 2 index + 1.
+struct ItemPos {
+  int b, tile, index;
+};
+__device__ __forceinline__ ItemPos locate_item(const VerifyKernelParams& kp, int item) {
+  ItemPos pos;
+  pos.b = find_base(kp.item_base, kp.p.batch, item);
+  const int local = item - kp.item_base[pos.b];
+  const int tiles = kp.sched[pos.b].tiles;
+  pos.tile = local % tiles;
+  pos.index = local / tiles;
+  return pos;
+}
+
+// Whether split s of a request also attends its tree tail: the last split, unless the call
+// computes the prefix part only or the request has no tree nodes.
+__device__ __forceinline__ bool split_has_tail(const VerifyKernelParams& kp, const RequestSched& rs,
+                                               int s) {
+  return kp.p.part != VerifyPart::kPrefix && rs.q_len > 0 && s == rs.splits - 1;
 }
 
 // Prefix blocks [begin, end) of split `s` of a request: its pblocks cut into rs.splits near-equal

@@ -140,8 +140,7 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   int pb_begin, pb_end;
   split_range(rs, split, pb_begin, pb_end);
   const int n_pb = max(0, pb_end - pb_begin);
-  const bool do_tail = kp.p.part != VerifyPart::kPrefix && split == rs.splits - 1 && rs.q_len > 0;
-  const uint64_t tail_bits = do_tail ? tile_tail_bits(kp, rs, tile, lane) : 0;
+  const uint64_t tail_bits = split_has_tail(kp, rs, split) ? tile_tail_bits(kp, rs, tile, lane) : 0;
   const int n_blocks = n_pb + __popcll(tail_bits);
 
   auto desc = [&](int it) {
@@ -496,14 +495,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       __syncthreads();
       const int item = s_item;
       if (item >= kp.hdr->num_items) break;
-      const int b = find_base(kp.item_base, kp.p.batch, item);
-      const int local = item - kp.item_base[b];
-      const int tiles = kp.sched[b].tiles;
-      const int tile = local % tiles;
-      if (kp.sched[b].q_len * kp.p.num_heads - tile * kBlockM <= 16) {
-        verify_item<T, Tr, true>(kp, smem, b, local / tiles, tile);
+      const ItemPos pos = locate_item(kp, item);
+      if (kp.sched[pos.b].q_len * kp.p.num_heads - pos.tile * kBlockM <= 16) {
+        verify_item<T, Tr, true>(kp, smem, pos.b, pos.index, pos.tile);
       } else {
-        verify_item<T, Tr, false>(kp, smem, b, local / tiles, tile);
+        verify_item<T, Tr, false>(kp, smem, pos.b, pos.index, pos.tile);
       }
       __syncthreads();  // smem and s_item are reused by the next item
     }

@@ -564,11 +564,11 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t n) {
   const int item = static_cast<int>(blockIdx.x + n * gridDim.x);
   if (item >= kp.hdr->num_items) return false;
-  d.b = find_base(kp.item_base, kp.p.batch, item);
-  const int local = item - kp.item_base[d.b];
+  const ItemPos pos = locate_item(kp, item);
+  d.b = pos.b;
   d.rs = kp.sched[d.b];
-  d.tile = local % d.rs.tiles;
-  d.split = local / d.rs.tiles;
+  d.tile = pos.tile;
+  d.split = pos.index;
   d.H = kp.p.num_heads;
   d.rows = d.rs.q_len * d.H;
   d.row0 = d.tile * kBlockM;
@@ -577,9 +577,8 @@ __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d,
   d.kbeg = pb_begin * 32;
   d.kend = min(pb_end * 32, d.rs.prefix_len);
   d.n_pfx = d.kend > d.kbeg ? (d.kend - d.kbeg + 63) / 64 : 0;
-  const bool do_tail =
-      kp.p.part != VerifyPart::kPrefix && d.split == d.rs.splits - 1 && d.rs.q_len > 0;
-  d.tail_bits = do_tail ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
+  d.tail_bits =
+      split_has_tail(kp, d.rs, d.split) ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
   d.n_tail = __popcll(d.tail_bits);
   d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + (d.n_tail + 1) / 2, 0);
   return true;
