@@ -37,7 +37,8 @@
 // slower), WG1 issuing P_A V_A before its softmax (no gain; slower on small items), TMA copies of
 // whole 32-key halves (no faster than cp.async), tiles of at most 16 rows computed transposed
 // (S^T = K Q^T, O^T += V^T P^T: decode 6-8% faster, but the tree shapes 1-3% slower with that
-// path in the kernel; commit e196e0e has it).
+// path in the kernel; commit e196e0e has it), a FlashMLA-like order (each group's own P from
+// registers, the next S issued right after the group's products: 17-21% slower; 93968a3).
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
