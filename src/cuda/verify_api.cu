@@ -270,6 +270,19 @@ void check_params(const VerifyParams& p, const VerifyPlan& plan) {
                 "q and kv_cache must be 16-byte aligned");
 }
 
+// Whether the main and combine kernels are launched with programmatic dependent launch: each may
+// start launching (and set up its shared memory) while the kernel before it finishes, and waits
+// for it in pdl_wait (verify_device.cuh) before touching global memory. sm_90 and newer, and a
+// runtime that captures such launches into graphs (CUDA 12.3).
+static bool use_pdl(const VerifyPlan& plan) {
+#if CUDART_VERSION >= 12030
+  return plan.compute_capability >= 90;
+#else
+  (void)plan;
+  return false;
+#endif
+}
+
 void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* workspace,
                      cudaStream_t stream) {
   check_params(p, plan);
@@ -289,26 +302,31 @@ void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, 
   const VerifyKernelParams kp = kernel_params(p, plan, workspace, o, lse);
   const KernelEntry e = kernel_entry(plan.family, p.dtype, plan.tile);
   void* args[] = {const_cast<VerifyKernelParams*>(&kp)};
+  const bool pdl = use_pdl(plan);
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[2];
+  int n_attr = 0;
   if (e.cluster > 1) {
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = e.cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(plan.num_ctas);
-    cfg.blockDim = dim3(e.threads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(e.smem_bytes);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    TREEMLA_CUDA_CHECK(cudaLaunchKernelExC(&cfg, e.fn, args));
-  } else {
-    TREEMLA_CUDA_CHECK(cudaLaunchKernel(e.fn, dim3(plan.num_ctas), dim3(e.threads), args,
-                                        static_cast<size_t>(e.smem_bytes), stream));
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = e.cluster;
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
   }
+  if (pdl) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  cfg.gridDim = dim3(plan.num_ctas);
+  cfg.blockDim = dim3(e.threads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(e.smem_bytes);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = static_cast<unsigned>(n_attr);
+  TREEMLA_CUDA_CHECK(cudaLaunchKernelExC(&cfg, e.fn, args));
   TREEMLA_CHECK_LAUNCH("verify main kernel");
-  launch_verify_combine(kp, plan.num_ctas, stream);
+  TREEMLA_CUDA_CHECK(launch_verify_combine(kp, plan.num_ctas, pdl, stream));
   TREEMLA_CHECK_LAUNCH("verify_combine_kernel");
 }
 

@@ -698,6 +698,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int w = 0; w < 8; ++w) mbar_arrive_expect_tx(sm.yfull(w), Tr::kExchBytes);
     }
     cluster_sync();  // barriers of both CTAs are initialised before anyone touches them
+    pdl_wait();      // the schedule (or the previous layer's combine) has completed
+    pdl_launch_dependents();
     const int cluster_id = blockIdx.x / 2, num_clusters = gridDim.x / 2;
     if (threadIdx.x >= 256) {  // warpgroup 2 loads the KV blocks
       warpgroup_reg_dealloc<Tr::kProducerRegs>();

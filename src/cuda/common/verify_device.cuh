@@ -11,6 +11,23 @@
 
 namespace treemla::cuda {
 
+// Programmatic dependent launch (sm_90 and newer; nothing on older targets). The main and combine
+// kernels are launched so that they may start while the kernel before them in the stream is still
+// running (verify_api.cu, use_pdl). pdl_wait blocks until that kernel has completed and its
+// writes are visible: call it before the first global access. pdl_launch_dependents lets the next
+// kernel start launching (its CTAs wait in pdl_wait for this one to complete). A kernel launched
+// without the attribute passes pdl_wait at once.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // 2^x with the SFU (the online softmax works in the log2 domain).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -490,6 +490,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if constexpr (config_fits_arch<Tr::kSmemBytes>()) {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_item;
+    pdl_wait();  // the schedule (or the previous layer's combine) has completed
+    pdl_launch_dependents();
     for (;;) {
       if (threadIdx.x == 0) s_item = atomicAdd(&kp.hdr->counter, 1);
       __syncthreads();

@@ -607,6 +607,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     fence_mbar_init();
   }
   __syncthreads();
+  pdl_wait();  // the schedule (or the previous layer's combine) has completed
+  pdl_launch_dependents();
   uint32_t uses[2] = {0u, 0u};  // fills of each stage so far (the mbarrier phases)
   Item d;
   // Warp-uniform for the compiler (a shuffle of lane 0): wgmma under a branch it thinks divergent

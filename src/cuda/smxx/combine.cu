@@ -23,6 +23,8 @@ __global__ void __launch_bounds__(kCombineThreads)
     verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {
   constexpr int kWarps = kCombineThreads / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  pdl_wait();  // the main kernel has completed
+  pdl_launch_dependents();
   const int num_groups = kp.hdr->num_groups;
   const int H = kp.p.num_heads;
   constexpr float kLn2 = 0.69314718055994530942f;
@@ -86,12 +88,21 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 }  // namespace
 
-void launch_verify_combine(const VerifyKernelParams& kp, int grid, cudaStream_t stream) {
-  if (kp.p.dtype == DType::kBF16) {
-    verify_combine_kernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(kp);
-  } else {
-    verify_combine_kernel<__half><<<grid, kCombineThreads, 0, stream>>>(kp);
-  }
+cudaError_t launch_verify_combine(const VerifyKernelParams& kp, int grid, bool pdl,
+                                  cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  if (kp.p.dtype == DType::kBF16)
+    return cudaLaunchKernelEx(&cfg, verify_combine_kernel<__nv_bfloat16>, kp);
+  return cudaLaunchKernelEx(&cfg, verify_combine_kernel<__half>, kp);
 }
 
 }  // namespace treemla::cuda

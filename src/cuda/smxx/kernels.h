@@ -11,8 +11,10 @@
 namespace treemla::cuda {
 
 void launch_verify_schedule(const VerifyKernelParams& kp, cudaStream_t stream);
-// Merges split partials into o / lse and resets the work counter for the next call.
-void launch_verify_combine(const VerifyKernelParams& kp, int grid, cudaStream_t stream);
+// Merges split partials into o / lse and resets the work counter for the next call. pdl: launch
+// it so that it may start while the main kernel finishes (it waits for it: pdl_wait).
+cudaError_t launch_verify_combine(const VerifyKernelParams& kp, int grid, bool pdl,
+                                  cudaStream_t stream);
 void launch_merge_state(DType dtype, const void* v_a, const float* s_a, const void* v_b,
                         const float* s_b, void* v, float* s, int64_t tokens, int heads, int dim,
                         cudaStream_t stream);

@@ -59,6 +59,9 @@ __global__ void __launch_bounds__(kSchedThreads)
   __shared__ unsigned long long s_wave_items[kNumWaveChoices];
   __shared__ int s_wave_item_max[kNumWaveChoices];
   __shared__ int s_waves;
+  // The main kernel may start launching now; it waits for this kernel's completion (pdl_wait)
+  // before it reads the work list.
+  pdl_launch_dependents();
 
   const int batch = kp.p.batch;
   const int H = kp.p.num_heads;
@@ -206,6 +209,8 @@ __global__ void __launch_bounds__(kSchedThreads)
 }  // namespace
 
 void launch_verify_schedule(const VerifyKernelParams& kp, cudaStream_t stream) {
+  // Launched in stream order (no programmatic dependency): it rewrites the work list that the
+  // previous call's kernels read.
   verify_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(kp);
 }
 
