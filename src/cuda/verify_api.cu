@@ -31,6 +31,16 @@ int ilog2(int x) {
   return s;
 }
 
+// The launch attribute that groups a grid's CTAs into clusters of n (the cluster family's pairs).
+cudaLaunchAttribute cluster_dim_attr(int n) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = static_cast<unsigned>(n);
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 // True when the kernel has an image this device can run (the build holds its architecture).
 bool has_image(const KernelEntry& e) {
   cudaFuncAttributes attr{};
@@ -202,11 +212,7 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
       TREEMLA_CUDA_CHECK(
           cudaFuncSetAttribute(e.fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
       cudaLaunchConfig_t cfg{};
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = e.cluster;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
+      cudaLaunchAttribute attr[1] = {cluster_dim_attr(e.cluster)};
       cfg.gridDim = dim3(e.cluster * prop.multiProcessorCount);
       cfg.blockDim = dim3(e.threads);
       cfg.dynamicSmemBytes = e.smem_bytes;
@@ -306,18 +312,8 @@ void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, 
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[2];
   int n_attr = 0;
-  if (e.cluster > 1) {
-    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = e.cluster;
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
-  }
-  if (pdl) {
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
+  if (e.cluster > 1) attr[n_attr++] = cluster_dim_attr(e.cluster);
+  if (pdl) attr[n_attr++] = pdl_launch_attr();
   cfg.gridDim = dim3(plan.num_ctas);
   cfg.blockDim = dim3(e.threads);
   cfg.dynamicSmemBytes = static_cast<size_t>(e.smem_bytes);

@@ -91,9 +91,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 cudaError_t launch_verify_combine(const VerifyKernelParams& kp, int grid, bool pdl,
                                   cudaStream_t stream) {
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[1] = {pdl_launch_attr()};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kCombineThreads);
   cfg.dynamicSmemBytes = 0;

@@ -10,6 +10,15 @@
 
 namespace treemla::cuda {
 
+// The launch attribute of programmatic dependent launch (the kernel may start while the one
+// before it in the stream finishes; it waits for it in pdl_wait, verify_device.cuh).
+inline cudaLaunchAttribute pdl_launch_attr() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
 void launch_verify_schedule(const VerifyKernelParams& kp, cudaStream_t stream);
 // Merges split partials into o / lse and resets the work counter for the next call. pdl: launch
 // it so that it may start while the main kernel finishes (it waits for it: pdl_wait).
