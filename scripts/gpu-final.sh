@@ -4,7 +4,8 @@
 # Usage: scripts/gpu-final.sh COMMIT "STEPS", STEPS from:
 #   tests     every GPU test, every family and configuration
 #   family F  (as "family:F") the GPU tests of one family (TREEMLA_TEST_FAMILY)
-#   sanitize  compute-sanitizer memcheck and racecheck, on the families in $SAN_FAMILIES (sm90a)
+#   sanitize  compute-sanitizer memcheck and racecheck, on the families in $SAN_FAMILIES (sm90a;
+#             the decode family on its own tests)
 #   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
 #             page-size-1 and tail cases (bench.json / bench.txt)
 #   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
@@ -24,7 +25,7 @@ G=.gpu
 C=${1:-unknown}
 STEPS=${2:-tests bench}
 PEERS="1:8:65:185000:64;1:8:65:131072:64;1:16:16:131072:64;1:16:65:131072:64;8:16:65:32768:64;1:128:64:131072:64;8:16:1:131072:64;8:128:1:32768:64"
-EXTRA="1:8:1:0:64;8:16:65:32768:1;1:8:65:185000:1"
+EXTRA="1:8:1:0:64;8:16:65:32768:1;1:8:65:185000:1;8:16:1:131072:1;8:8:1:131072:64;32:16:1:32768:64"
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 for step in $STEPS; do
   case $step in
@@ -38,18 +39,23 @@ for step in $STEPS; do
       grep -E "^\[  (FAILED|PASSED) " $OUT/gpu-tests-$f.log ;;
     sanitize)
       for f in ${SAN_FAMILIES:-sm90a}; do
+        # The decode family runs only requests of at most 16 rows: its own tests.
+        mem='VerifyGpu.TreeShapes:VerifyGpu.RaggedBatch:VerifyGpu.BadPageIndexIsReported'
+        race='VerifyGpu.TreeShapes'
+        if [ "$f" = decode ]; then
+          mem='VerifyGpu.DecodeTiles:VerifyGpu.BadPageIndexIsReportedDecode'; race='VerifyGpu.DecodeTiles'
+        fi
         TREEMLA_TEST_FAMILY=$f timeout 150 compute-sanitizer --tool memcheck $G/treemla_gpu_tests \
-          --gtest_filter='VerifyGpu.TreeShapes:VerifyGpu.RaggedBatch:VerifyGpu.BadPageIndexIsReported' \
-          > $OUT/memcheck-$f.log 2>&1; t "$f memcheck rc=$?"
+          --gtest_filter="$mem" > $OUT/memcheck-$f.log 2>&1; t "$f memcheck rc=$?"
         grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck-$f.log
         TREEMLA_TEST_FAMILY=$f timeout 150 compute-sanitizer --tool racecheck $G/treemla_gpu_tests \
-          --gtest_filter='VerifyGpu.TreeShapes' > $OUT/racecheck-$f.log 2>&1
+          --gtest_filter="$race" > $OUT/racecheck-$f.log 2>&1
         t "$f racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck-$f.log
       done ;;
     bench)
       timeout 200 $G/treemla bench --cases "$PEERS;$EXTRA" --reps 10 --commit "$C" \
         --json $OUT/bench.json > $OUT/bench.txt 2>&1; t "bench rc=$?"
-      grep -E "^(sm90a|cpasync|cluster|#) " $OUT/bench.txt | cut -c1-112 ;;
+      grep -E "^(sm90a|cpasync|cluster|decode|#) " $OUT/bench.txt | cut -c1-112 ;;
     variants)
       for v in $G/treemla-*; do
         [ -e "$v" ] || continue

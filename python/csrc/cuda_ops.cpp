@@ -29,8 +29,8 @@ namespace treemla::binding {
 #ifdef TREEMLA_WITH_CUDA
 namespace {
 
-// The operators carry one integer for the requested configuration: tile + 16 * family, so
-// that their schemas stay as they were when only the tile could be chosen.
+// The operators carry one integer for the requested configuration: tile + 16 * family + 256 *
+// max_q_len, so that their schemas stay as they were when only the tile could be chosen.
 cuda::TileConfig to_tile(int64_t config) {
   const int64_t tile = config & 15;
   TREEMLA_CHECK_VALUE(config >= 0 && tile <= 2,
@@ -38,11 +38,17 @@ cuda::TileConfig to_tile(int64_t config) {
   return static_cast<cuda::TileConfig>(tile);
 }
 cuda::KernelFamily to_family(int64_t config) {
-  const int64_t family = config >> 4;
-  TREEMLA_CHECK_VALUE(family >= 0 && family <= 3,
-                      "family must be 0 (auto), 1 (cpasync), 2 (cluster) or 3 (sm90a), got ",
-                      family);
+  const int64_t family = (config >> 4) & 15;
+  TREEMLA_CHECK_VALUE(
+      family <= 4,
+      "family must be 0 (auto), 1 (cpasync), 2 (cluster), 3 (sm90a) or 4 (decode), got ", family);
   return static_cast<cuda::KernelFamily>(family);
+}
+int to_max_q_len(int64_t config) {
+  const int64_t max_q_len = config >> 8;
+  TREEMLA_CHECK_VALUE(max_q_len >= 0 && max_q_len <= kMaxTreeNodes, "max_q_len must be in [0, ",
+                      kMaxTreeNodes, "], got ", max_q_len);
+  return static_cast<int>(max_q_len);
 }
 
 // One plan per (device, limits, requested tile): cheap lookups on every call, and the device
@@ -66,6 +72,7 @@ cuda::VerifyPlan cached_plan(int device, int64_t max_batch, int64_t max_total_q,
   lim.max_batch = static_cast<int>(max_batch);
   lim.max_total_q = max_total_q;
   lim.num_heads = static_cast<int>(num_heads);
+  lim.max_q_len = to_max_q_len(tile);
   const cuda::VerifyPlan plan =
       guarded([&] { return cuda::make_verify_plan(lim, device, to_tile(tile), to_family(tile)); });
   plans.emplace(key, plan);
@@ -153,6 +160,7 @@ pybind11::dict plan_dict(const cuda::VerifyPlan& plan) {
   d["max_batch"] = plan.limits.max_batch;
   d["max_total_q"] = plan.limits.max_total_q;
   d["num_heads"] = plan.limits.num_heads;
+  d["max_q_len"] = plan.limits.max_q_len;
   d["device"] = plan.device;
   d["sm_count"] = plan.sm_count;
   d["compute_capability"] = plan.compute_capability;

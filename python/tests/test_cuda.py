@@ -88,6 +88,33 @@ def test_verify_cuda_each_tile_configuration(tile, family):
     check_cuda(case, plan=plan)
 
 
+@needs_kernels
+def test_verify_cuda_decode_family():
+    # Requests of at most 16 rows (q_len * heads): a bound max_q_len with max_q_len * heads <= 16
+    # lets the plan use the decode family (smem99k only), and the GPU rejects a longer request.
+    case = make_case(29, [0, 4097, 100000, 33], [1, 2, 1, 2], heads=8, page_size=16,
+                     dtype=torch.bfloat16)
+    plan = treemla.plan_verify(4, int(case.q_indptr[-1]), 8, device="cuda", tile="smem99k",
+                               max_q_len=2)
+    assert (plan.family, plan.tile, plan.max_q_len) == ("decode", "smem99k", 2)
+    check_cuda(case, plan=plan)
+    with pytest.raises(RuntimeError, match="only the smem99k"):
+        treemla.plan_verify(4, 8, 8, device="cuda", tile="smem-large", family="decode",
+                            max_q_len=1)
+    with pytest.raises(RuntimeError, match="max_q_len"):
+        treemla.plan_verify(4, 8, 8, device="cuda", family="decode", max_q_len=3)
+    long = make_case(30, [50, 60], [1, 3], heads=8, page_size=16, dtype=torch.bfloat16)
+    ws = plan.new_workspace()
+    treemla.verify_attention(*long.to("cuda").args(), plan=plan, workspace=ws)
+    with pytest.raises(RuntimeError, match="request 1 has q_len = 3"):
+        treemla.check_status(plan, ws)
+
+
+def test_plan_verify_refuses_a_bad_max_q_len():
+    with pytest.raises(ValueError, match="max_q_len must be in"):
+        treemla.plan_verify(1, 1, 8, device=0, max_q_len=1026)
+
+
 def test_plan_verify_refuses_unknown_family():
     with pytest.raises(ValueError, match="family must be one of"):
         treemla.plan_verify(1, 1, 8, device=0, family="wgmma")

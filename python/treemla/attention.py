@@ -24,9 +24,10 @@ _PARTS = {"all": 0, "prefix": 1, "tail": 2}
 # "smem_large" is accepted as an alias of "smem-large".
 _TILES = {"auto": 0, "smem99k": 1, "smem-large": 2, "smem_large": 2}
 # Kernel families (docs/verify-kernel.md): "cpasync" (sm_80 and newer), "cluster" (sm_90 and
-# newer) and "sm90a" (sm_90 with sm_90a code in the build). The operators carry tile + 16 * family
-# as one integer.
-_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2, "sm90a": 3}
+# newer), "sm90a" (sm_90 with sm_90a code in the build) and "decode" (sm_80 and newer, plans with
+# max_q_len * num_heads <= 16). The operators carry tile + 16 * family + 256 * max_q_len as one
+# integer.
+_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2, "sm90a": 3, "decode": 4}
 
 
 def with_cuda() -> bool:
@@ -53,12 +54,14 @@ class VerifyPlan:
     num_heads: int
     device: int
     tile: str               # resolved tile configuration: "smem99k" or "smem-large"
-    tile_request: int       # what was asked for (tile + 16 * family); part of the plan's identity
+    tile_request: int       # what was asked for (tile + 16 * family + 256 * max_q_len): the
+                            # plan's identity
     sm_count: int
     compute_capability: int
     num_ctas: int
     workspace_bytes: int
-    family: str = "cpasync"  # resolved kernel family: "cpasync", "cluster" or "sm90a"
+    family: str = "cpasync"  # resolved kernel family: "cpasync", "cluster", "sm90a" or "decode"
+    max_q_len: int = 0       # bound on one request's tree nodes (0: none below MAX_TREE_NODES)
 
     def new_workspace(self) -> torch.Tensor:
         """A zeroed uint8 workspace of workspace_bytes on the plan's device."""
@@ -79,7 +82,7 @@ def _device_index(device) -> int:
 
 def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
                 device: Union[torch.device, str, int, None] = None,
-                tile: str = "auto", family: str = "auto") -> VerifyPlan:
+                tile: str = "auto", family: str = "auto", max_q_len: int = 0) -> VerifyPlan:
     """Plan GPU verify attention for calls of up to ``max_batch`` requests and ``max_total_q``
     query rows (tree nodes, summed over the batch) with ``num_heads`` heads on ``device``.
 
@@ -87,23 +90,31 @@ def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
     plans are cached, so calling it again with the same arguments is cheap. ``tile`` forces a
     shared-memory configuration ("smem99k", the sm_120 one, runs everywhere; "smem-large" needs more
     than 99 KB per block); "auto" picks the largest the device allows. ``family`` forces a kernel
-    family ("cpasync"; "cluster" on sm_90 and newer; "sm90a" on sm_90, "smem-large" only); "auto" is
-    "sm90a" on sm_90 when the build has sm_90a code, else "cpasync". ``plan.tile`` and
-    ``plan.family`` name the choice.
+    family ("cpasync"; "cluster" on sm_90 and newer; "sm90a" on sm_90, "smem-large" only;
+    "decode" when ``max_q_len * num_heads <= 16``, "smem99k" only); "auto" is "sm90a" on sm_90
+    when the build has sm_90a code, else "decode" for such a bound, else "cpasync". ``plan.tile`` and
+    ``plan.family`` name the choice. ``max_q_len`` (0..MAX_TREE_NODES, 0: no bound) bounds the
+    tree nodes of any one request: the GPU rejects a longer request (:func:`check_status` reports
+    it), and a bound with ``max_q_len * num_heads <= 16`` (q_len = 1 decode with up to 16 heads)
+    lets the plan use the decode family, which streams the cache with two CTAs per SM.
     """
     if not isinstance(tile, str) or tile not in _TILES:
         raise ValueError(f"tile must be one of {sorted(_TILES)}, got {tile!r}")
     if not isinstance(family, str) or family not in _FAMILIES:
         raise ValueError(f"family must be one of {sorted(_FAMILIES)}, got {family!r}")
+    max_q_len = as_int(max_q_len, "max_q_len")
+    if not 0 <= max_q_len <= MAX_TREE_NODES:
+        raise ValueError(f"max_q_len must be in [0, {MAX_TREE_NODES}], got {max_q_len}")
     index = _device_index(device)
-    request = _TILES[tile] + 16 * _FAMILIES[family]
+    request = _TILES[tile] + 16 * _FAMILIES[family] + 256 * max_q_len
     d = _C.plan_verify(as_int(max_batch, "max_batch"), as_int(max_total_q, "max_total_q"),
                        as_int(num_heads, "num_heads"), index, request)
     return VerifyPlan(max_batch=d["max_batch"], max_total_q=d["max_total_q"],
                       num_heads=d["num_heads"], device=d["device"], tile=d["tile"],
                       tile_request=request, sm_count=d["sm_count"],
                       compute_capability=d["compute_capability"], num_ctas=d["num_ctas"],
-                      workspace_bytes=d["workspace_bytes"], family=d["family"])
+                      workspace_bytes=d["workspace_bytes"], family=d["family"],
+                      max_q_len=d["max_q_len"])
 
 
 def check_status(plan: VerifyPlan, workspace: torch.Tensor) -> None:

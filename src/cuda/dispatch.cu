@@ -4,6 +4,7 @@
 
 #include "cuda/cluster/traits.h"
 #include "cuda/cpasync/traits.h"
+#include "cuda/decode/traits.h"
 #include "cuda/dispatch.h"
 #include "cuda/sm90a/traits.h"
 #include "treemla/error.h"
@@ -26,6 +27,13 @@ KernelEntry entry_for(KernelFamily family, TileConfig tile) {
                     "Q and two 64-key KV blocks need "
                         << Sm90aTraits<T>::kSmemBytes << " B of shared memory)");
       return sm90a_entry<Sm90aTraits<T>>();
+    case KernelFamily::kDecode:
+      TREEMLA_CHECK(!large,
+                    "kernel family decode has only the smem99k tile configuration (two "
+                    "CTAs of "
+                        << DecodeTraits99K<T>::kSmemBytes
+                        << " B share an SM where it has the shared memory)");
+      return decode_entry<DecodeTraits99K<T>>();
     default:
       TREEMLA_FAIL("kernel family " << static_cast<int>(family) << " is not resolved");
   }

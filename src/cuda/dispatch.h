@@ -17,6 +17,8 @@ struct KernelEntry {
   int pair_rows = 0;         // the schedule runs row tiles of at most this many rows as split pairs
   int min_cc = 80;           // oldest compute capability the family is written for
   int max_cc = 1 << 20;      // newest (kSm90a: 90, wgmma exists on sm_90a alone)
+  int max_tile_rows = 64;    // rows of a request the kernel handles (kDecode: 16, the plan's
+                             // limits must bound max_q_len * num_heads to it)
 };
 
 // Defined by the families' instantiation files, one per traits type (which carries the element
@@ -27,6 +29,8 @@ template <class Tr>
 KernelEntry cluster_entry();
 template <class Tr>
 KernelEntry sm90a_entry();
+template <class Tr>
+KernelEntry decode_entry();
 
 // The entry for a resolved family and tile; throws treemla::Error naming the combination when
 // the table has none (never for the combinations the public enums allow).

@@ -61,6 +61,8 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.partial_slots = plan.partial_slots;
   kp.max_total_q = plan.limits.max_total_q;
   kp.pair_rows = kernel_entry(plan.family, p.dtype, plan.tile).pair_rows;
+  kp.max_q_len = plan.limits.max_q_len > 0 ? plan.limits.max_q_len : kMaxTreeNodes;
+  kp.max_waves = kp.pair_rows > 0 ? 1 : std::max(1, plan.partial_slots / plan.target_items);
   static const int wait_mode = [] {
     const char* e = std::getenv("TREEMLA_WAIT_MODE");
     return e ? std::atoi(e) : 0;
@@ -89,6 +91,8 @@ const char* kernel_family_name(KernelFamily f) {
       return "cluster";
     case KernelFamily::kSm90a:
       return "sm90a";
+    case KernelFamily::kDecode:
+      return "decode";
   }
   return "unknown";
 }
@@ -128,8 +132,12 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
       limits.max_total_q >= 1 && limits.max_total_q * limits.num_heads < (int64_t{1} << 31),
       "limits.max_total_q = " << limits.max_total_q
                               << " must be >= 1 and max_total_q * num_heads < 2^31");
+  TREEMLA_CHECK(limits.max_q_len >= 0 && limits.max_q_len <= kMaxTreeNodes,
+                "limits.max_q_len = " << limits.max_q_len << " must be in [0, " << kMaxTreeNodes
+                                      << "] (0: no bound below " << kMaxTreeNodes << ")");
   TREEMLA_CHECK(family == KernelFamily::kAuto || family == KernelFamily::kCpAsync ||
-                    family == KernelFamily::kCluster || family == KernelFamily::kSm90a,
+                    family == KernelFamily::kCluster || family == KernelFamily::kSm90a ||
+                    family == KernelFamily::kDecode,
                 "family = " << static_cast<int>(family) << " is not a KernelFamily");
   TREEMLA_CHECK(
       tile == TileConfig::kAuto || tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
@@ -160,15 +168,26 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
     if (tile != TileConfig::kAuto) return tile;
     if (f == KernelFamily::kSm90a) return TileConfig::kSmemLarge;  // its only configuration
+    if (f == KernelFamily::kDecode) return TileConfig::kSmem99K;   // its only configuration
     return fits(f, TileConfig::kSmemLarge) ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
   };
   // kAuto: the sm90a family on sm_90 when this build has sm_90a code (unless the 99 KB
-  // configuration, which it does not have, is forced), else cpasync. The cluster family is slower
-  // than cpasync at every shape but the empty call (measured side by side on the H200,
-  // bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
+  // configuration, which it does not have, is forced); else the decode family when the limits
+  // bound every request to its 16-row tile (unless the large configuration, which it does not
+  // have, is forced); else cpasync. Measured side by side on the H200 (docs/benchmarks.md):
+  // q_len = 1 decode at 8 x 16 x 131072 takes sm90a 306-311 us, decode 336 us, cpasync 99 KB
+  // 380 us. The cluster family is slower than cpasync at every shape but the empty call
+  // (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
+  const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
   if (family == KernelFamily::kAuto) {
     const bool wgmma = sm90a_available(cc / 10, cc % 10) && tile != TileConfig::kSmem99K;
-    family = wgmma ? KernelFamily::kSm90a : KernelFamily::kCpAsync;
+    const bool decode_rows =
+        limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge &&
+        bound_rows <=
+            kernel_entry(KernelFamily::kDecode, DType::kBF16, TileConfig::kSmem99K).max_tile_rows;
+    family = wgmma         ? KernelFamily::kSm90a
+             : decode_rows ? KernelFamily::kDecode
+                           : KernelFamily::kCpAsync;
   }
   tile = pick_tile(family);
   const KernelEntry entry = kernel_entry(family, DType::kBF16, tile);
@@ -181,6 +200,13 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   TREEMLA_CHECK(family != KernelFamily::kSm90a || build_has_sm90a(),
                 "kernel family sm90a needs sm_90a code; this build has architectures "
                     << compiled_architectures() << " (add 90a-real to CMAKE_CUDA_ARCHITECTURES)");
+  TREEMLA_CHECK(entry.max_tile_rows >= kBlockM ||
+                    (limits.max_q_len >= 1 && bound_rows <= entry.max_tile_rows),
+                "kernel family " << kernel_family_name(family) << " handles requests of at most "
+                                 << entry.max_tile_rows
+                                 << " rows: limits.max_q_len * num_heads must be <= "
+                                 << entry.max_tile_rows << " (got max_q_len = " << limits.max_q_len
+                                 << ", num_heads = " << limits.num_heads << ")");
   TREEMLA_CHECK(entry.smem_bytes <= optin,
                 "tile configuration " << tile_config_name(tile) << " of family "
                                       << kernel_family_name(family) << " needs " << entry.smem_bytes
@@ -231,10 +257,11 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
                                       << " (" << prop.name << ")");
   plan.num_ctas = resident * plan.cluster;
   plan.target_items = resident;  // one wave of equal items (schedule.cu), one per CTA or CTA pair
-  // Pair-mode items write two partial slots each.
   // Up to kMaxWaves waves of items (schedule.cu), one partial slot each; pair-mode items (one
-  // wave) write two.
-  plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : kMaxWaves * plan.target_items;
+  // wave) write two. With several CTAs per SM (the decode family) fewer waves, so that the
+  // partial slots stay at kMaxWaves per SM (128 KB each).
+  const int max_waves = std::clamp(kMaxWaves * plan.sm_count / std::max(1, resident), 1, kMaxWaves);
+  plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : max_waves * plan.target_items;
   const WorkspaceLayout layout = workspace_layout(limits.max_batch, plan.partial_slots);
   plan.workspace_bytes = layout.total;
   plan.workspace_init_bytes = layout.header + sizeof(WorkspaceHeader);
@@ -345,7 +372,8 @@ void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) 
          << " has q_indptr = " << h.value << " .. " << h.extra;
       break;
     case kStatusQLen:
-      os << "request " << h.index << " has q_len = " << h.value << " > " << h.extra;
+      os << "request " << h.index << " has q_len = " << h.value << ", over the plan's bound of "
+         << h.extra << " (limits.max_q_len, or " << kMaxTreeNodes << " when it is 0)";
       break;
     case kStatusTotalQ:
       os << "q_indptr[" << h.index + 1 << "] = " << h.value

@@ -3,6 +3,7 @@
 // (common/row_check.h), and the split boundaries the schedule makes.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -143,12 +144,21 @@ struct GpuConfig {
   }
 };
 
+// The longest request of a case (at least 1): the bound run_gpu gives the plan
+// (VerifyLimits::max_q_len).
+inline int case_max_q_len(const VerifyCase& c) {
+  int m = 1;
+  for (int b = 0; b < c.batch; ++b) m = std::max(m, c.q_indptr[b + 1] - c.q_indptr[b]);
+  return m;
+}
+
 // Every family and tile configuration the device must run: the 99 KB configurations always
 // (they are what ships for sm_120), the large ones where the device has the shared memory, the
 // cluster family on compute capability 9.0 and newer, the sm90a family on 9.0 when the build has
-// sm_90a code. make_verify_plan throws (and the test
-// fails) if one of them cannot run, so nothing is dropped silently.
-inline std::vector<GpuConfig> configs_to_test() {
+// sm_90a code, and the decode family (99 KB only) when the plan's bound on a request's rows
+// (max_q_len * H, `bound_rows`) is 1..16. make_verify_plan throws (and the test fails) if one of
+// them cannot run, so nothing is dropped silently.
+inline std::vector<GpuConfig> configs_to_test(int64_t bound_rows = 0) {
   int dev = 0, major = 0, optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -157,33 +167,42 @@ inline std::vector<GpuConfig> configs_to_test() {
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   std::vector<cuda::KernelFamily> families{cuda::KernelFamily::kCpAsync};
   if (major >= 9) families.push_back(cuda::KernelFamily::kCluster);
+  if (bound_rows >= 1 && bound_rows <= 16) families.push_back(cuda::KernelFamily::kDecode);
   std::vector<GpuConfig> out;
   for (cuda::KernelFamily f : families) {
     out.push_back({f, cuda::TileConfig::kSmem99K});
-    if (optin >= 150000) out.push_back({f, cuda::TileConfig::kSmemLarge});
+    // The decode family has only the 99 KB configuration.
+    if (optin >= 150000 && f != cuda::KernelFamily::kDecode)
+      out.push_back({f, cuda::TileConfig::kSmemLarge});
   }
   // sm90a (one configuration) on sm_90 whenever the build has its code.
   if (cuda::sm90a_available(major, minor))
     out.push_back({cuda::KernelFamily::kSm90a, cuda::TileConfig::kSmemLarge});
   // TREEMLA_TEST_FAMILY=<name> keeps one family (a quicker run while working on it; the full
-  // suite runs them all).
+  // suite runs them all). A test whose case the family cannot run then runs nothing.
   if (const char* only = std::getenv("TREEMLA_TEST_FAMILY"); only && *only) {
+    static const std::vector<std::string> kNames{"cpasync", "cluster", "sm90a", "decode"};
+    // A name that matches no family would let every test pass without running a kernel.
+    if (std::find(kNames.begin(), kNames.end(), only) == kNames.end())
+      throw std::runtime_error(std::string("TREEMLA_TEST_FAMILY=") + only +
+                               " names no family (cpasync, cluster, sm90a, decode)");
     std::vector<GpuConfig> kept;
     for (const GpuConfig& c : out)
       if (std::string(cuda::kernel_family_name(c.family)) == only) kept.push_back(c);
-    // A name that matches nothing would let every test pass without running a kernel.
-    if (kept.empty())
-      throw std::runtime_error(std::string("TREEMLA_TEST_FAMILY=") + only +
-                               " names no family this device runs (cpasync, cluster, sm90a)");
     out = kept;
   }
   return out;
 }
 
+// The configurations for a case: those above, the decode family when its requests fit 16 rows.
+inline std::vector<GpuConfig> configs_to_test(const VerifyCase& c) {
+  return configs_to_test(int64_t{case_max_q_len(c)} * c.num_heads);
+}
+
 inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg,
                          VerifyPart part) {
   d.p.part = part;
-  cuda::VerifyLimits lim{c.batch, std::max(1, c.total_q), c.num_heads};
+  cuda::VerifyLimits lim{c.batch, std::max(1, c.total_q), c.num_heads, case_max_q_len(c)};
   const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
   TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0xa5, plan.workspace_bytes));  // garbage but the header

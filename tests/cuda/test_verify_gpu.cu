@@ -18,7 +18,7 @@ void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPar
   VerifyCase c(spec, seed);
   const CpuResult ref = run_reference(c, part);
   DeviceCase d(c);
-  for (const GpuConfig& cfg : configs_to_test()) {
+  for (const GpuConfig& cfg : configs_to_test(c)) {
     SCOPED_TRACE(cfg.name() + " part=" + part_name(part));
     const GpuResult g = run_gpu(d, c, cfg, part);
     EXPECT_TRUE(matches(g, ref, c));
@@ -36,6 +36,25 @@ TEST(VerifyGpu, DecodeQLenOne) {
   REQUIRE_GPU();
   uint32_t seed = 200;
   for (int h : {1, 3, 8, 16, 128}) check_case(make_spec(3, h, 1, 777, 64), seed++);
+}
+
+// Requests of at most 16 rows: every family, the decode family included (q_len 0..16 with
+// q_len * H <= 16, prefixes across block and split edges, trees in the tail, both dtypes, page
+// sizes 1 and 128).
+TEST(VerifyGpu, DecodeTiles) {
+  REQUIRE_GPU();
+  uint32_t seed = 250;
+  for (int prefix : {0, 1, 31, 32, 33, 4097, 100000})
+    check_case(make_spec(2, 16, 1, prefix, 64), seed++);
+  check_case(make_spec(1, 1, 16, 5000, 16, DType::kBF16, TreeKind::kRandom), seed++);
+  check_case(make_spec(3, 2, 8, 3000, 1, DType::kFP16, TreeKind::kStar), seed++);
+  check_case(make_spec(2, 4, 4, 40000, 128, DType::kBF16, TreeKind::kDeep), seed++);
+  CaseSpec s = make_spec(1, 8, 1, 0, 16, DType::kFP16, TreeKind::kChain);
+  s.q_lens = {2, 1, 0, 2, 1, 1};
+  s.prefix_lens = {3000, 0, 17, 65, 131072, 1};
+  check_case(s, seed++);
+  check_case(s, seed++, VerifyPart::kPrefix);
+  check_case(s, seed++, VerifyPart::kTail);
 }
 
 TEST(VerifyGpu, PageSizeOneScattered) {
@@ -194,27 +213,21 @@ TEST(VerifyGpu, MergeStateMatchesCpu) {
 
 // The whole call captured once in a CUDA graph; replays after the lengths, tree and data in the
 // same device buffers changed give the same results as eager calls.
-TEST(VerifyGpu, GraphReplayWithNewLengths) {
-  REQUIRE_GPU();
-  CaseSpec big = make_spec(3, 8, 1, 0, 16);
-  big.q_lens = {65, 16, 1};
-  big.prefix_lens = {5000, 3000, 9000};
-  big.mask_words = 2;
-  big.extra_pages = 4;
-  big.stride_slack = 0;
-  VerifyCase a(big, 1400);
-  CaseSpec small = big;
-  small.q_lens = {7, 65, 33};
-  small.prefix_lens = {100, 4000, 1};
-  VerifyCase b(small, 1401);
+void check_graph_replay(CaseSpec big, CaseSpec small, uint32_t seed) {
+  big.mask_words = small.mask_words = 2;
+  big.extra_pages = small.extra_pages = 4;
+  big.stride_slack = small.stride_slack = 0;
+  VerifyCase a(big, seed);
+  VerifyCase b(small, seed + 1);
   const int total_cap = std::max(a.total_q, b.total_q);
+  const int max_q = std::max(case_max_q_len(a), case_max_q_len(b));
   DeviceCase d(a, std::max(a.q.size(), b.q.size()), std::max(a.kv_cache.size(), b.kv_cache.size()),
                std::max(a.num_pages, b.num_pages),
                std::max(a.page_table_stride, b.page_table_stride), total_cap);
-  for (const GpuConfig& cfg : configs_to_test()) {
+  for (const GpuConfig& cfg : configs_to_test(int64_t{max_q} * a.num_heads)) {
     SCOPED_TRACE(cfg.name());
     d.load(a);
-    cuda::VerifyLimits lim{3, total_cap, 8};
+    cuda::VerifyLimits lim{a.batch, total_cap, a.num_heads, max_q};
     const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
     cuda::init_workspace(plan, ws.ptr, 0);
@@ -245,12 +258,35 @@ TEST(VerifyGpu, GraphReplayWithNewLengths) {
   }
 }
 
+TEST(VerifyGpu, GraphReplayWithNewLengths) {
+  REQUIRE_GPU();
+  CaseSpec big = make_spec(3, 8, 1, 0, 16);
+  big.q_lens = {65, 16, 1};
+  big.prefix_lens = {5000, 3000, 9000};
+  CaseSpec small = big;
+  small.q_lens = {7, 65, 33};
+  small.prefix_lens = {100, 4000, 1};
+  check_graph_replay(big, small, 1400);
+}
+
+// The same for requests of at most 16 rows (the decode family among the configurations).
+TEST(VerifyGpu, GraphReplayWithNewLengthsDecode) {
+  REQUIRE_GPU();
+  CaseSpec big = make_spec(3, 8, 1, 0, 16);
+  big.q_lens = {2, 1, 1};
+  big.prefix_lens = {5000, 30000, 9000};
+  CaseSpec small = big;
+  small.q_lens = {1, 2, 0};
+  small.prefix_lens = {100, 4000, 1};
+  check_graph_replay(big, small, 1410);
+}
+
 // Runs the whole call with a plan for `lim` under every configuration and returns each one's
 // check_status message ("" when the device recorded nothing); a second check_status must find
 // the record cleared.
 std::vector<std::string> status_after_run(DeviceCase& d, const cuda::VerifyLimits& lim) {
   std::vector<std::string> out;
-  for (const GpuConfig& cfg : configs_to_test()) {
+  for (const GpuConfig& cfg : configs_to_test(int64_t{lim.max_q_len} * lim.num_heads)) {
     const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
     cuda::init_workspace(plan, ws.ptr, 0);
@@ -276,6 +312,31 @@ TEST(VerifyGpu, BadPageIndexIsReported) {
   for (const std::string& msg : status_after_run(d, {1, c.total_q, 8})) {
     EXPECT_NE(msg.find("page_table"), std::string::npos) << msg;
     EXPECT_NE(msg.find(std::to_string(c.num_pages + 5)), std::string::npos) << msg;
+  }
+}
+
+// The same with requests of one row per head (the decode family among the configurations).
+TEST(VerifyGpu, BadPageIndexIsReportedDecode) {
+  REQUIRE_GPU();
+  VerifyCase c(make_spec(2, 16, 1, 3000, 16), 1510);
+  c.page_table[c.page_table_stride + 7] = c.num_pages + 9;  // request 1, rows 112..127
+  DeviceCase d(c);
+  for (const std::string& msg : status_after_run(d, {2, c.total_q, 16, 1})) {
+    EXPECT_NE(msg.find("page_table"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(c.num_pages + 9)), std::string::npos) << msg;
+  }
+}
+
+// A request longer than the plan's max_q_len is rejected by the schedule and reported.
+TEST(VerifyGpu, QLenOverThePlansBoundIsReported) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(3, 8, 1, 500, 16);
+  s.q_lens = {1, 2, 1};
+  VerifyCase c(s, 1520);
+  DeviceCase d(c);
+  for (const std::string& msg : status_after_run(d, {3, c.total_q, 8, 1})) {
+    EXPECT_NE(msg.find("request 1 has q_len = 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("max_q_len"), std::string::npos) << msg;
   }
 }
 
@@ -326,6 +387,12 @@ TEST(VerifyGpu, HostChecksNameTheArgument) {
   p.num_heads = 5;
   EXPECT_THROW(cuda::check_params(p, plan), Error);
   EXPECT_THROW(cuda::make_verify_plan({1, 1, 129}), Error);
+  try {
+    cuda::make_verify_plan({1, 1, 4, kMaxTreeNodes + 1});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("max_q_len"), std::string::npos);
+  }
 }
 
 // What the plan picks by default and what it refuses, per device: kAuto is sm90a on sm_90 with
@@ -361,6 +428,41 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
     EXPECT_EQ(p.threads, 384);
   } else {
     EXPECT_NE(message(cuda::TileConfig::kAuto).find("sm90a"), std::string::npos);
+  }
+  // A bound of at most 16 rows a request: the decode family where sm90a does not run or the
+  // 99 KB configuration is asked for; decode has no large configuration and refuses a plan
+  // without such a bound, naming it.
+  const cuda::KernelFamily dec_auto =
+      sm90a ? cuda::KernelFamily::kSm90a : cuda::KernelFamily::kDecode;
+  EXPECT_EQ(cuda::make_verify_plan({8, 8, 16, 1}).family, dec_auto);
+  EXPECT_EQ(cuda::make_verify_plan({8, 16, 8, 2}).family, dec_auto);
+  const cuda::VerifyPlan dec =
+      cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kSmem99K);
+  EXPECT_EQ(dec.family, cuda::KernelFamily::kDecode);
+  EXPECT_EQ(dec.tile, cuda::TileConfig::kSmem99K);
+  EXPECT_EQ(dec.threads, 256);
+  EXPECT_NE(cuda::make_verify_plan({8, 8, 32, 1}, -1, cuda::TileConfig::kSmem99K).family,
+            cuda::KernelFamily::kDecode);
+  EXPECT_EQ(cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kAuto,
+                                   cuda::KernelFamily::kDecode)
+                .tile,
+            cuda::TileConfig::kSmem99K);
+  try {
+    cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kSmemLarge,
+                           cuda::KernelFamily::kDecode);
+    ADD_FAILURE() << "decode family accepted smem-large";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("only the smem99k"), std::string::npos) << e.message();
+  }
+  for (const cuda::VerifyLimits& l :
+       {cuda::VerifyLimits{8, 8, 16, 0}, cuda::VerifyLimits{8, 16, 16, 2}}) {
+    try {
+      cuda::make_verify_plan(l, -1, cuda::TileConfig::kAuto, cuda::KernelFamily::kDecode);
+      ADD_FAILURE() << "decode family accepted max_q_len = " << l.max_q_len;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("max_q_len * num_heads must be <= 16"), std::string::npos)
+          << e.message();
+    }
   }
 }
 

@@ -17,9 +17,10 @@ struct Shape {
 };
 
 struct Options {
-  std::vector<Shape> cases;      // empty: the standard grid (bench_gpu.cu)
-  std::string tiles = "all";     // all, smem99k or smem-large
-  std::string families = "all";  // all (every family the device runs), cpasync or cluster
+  std::vector<Shape> cases;   // empty: the standard grid (bench_gpu.cu)
+  std::string tiles = "all";  // all, smem99k or smem-large
+  std::string families =
+      "all";  // all (every family the device runs), cpasync, cluster, sm90a or decode
   // --cost-table FILE: instead of the grid, measure verify time per layer on the cost-table grid
   // (include/treemla/budget.h) for cost_heads and cost_page_size, with the plan's default family
   // and tile, and write it to FILE as the JSON docs/budget.md describes.

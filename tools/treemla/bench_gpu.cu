@@ -207,7 +207,8 @@ std::vector<Workload> make_copies(const Case& c, size_t l2_bytes) {
 bench::Row run_case(const Case& c, size_t l2_bytes, int reps) {
   std::vector<Workload> ws = make_copies(c, l2_bytes);
   const int copies = static_cast<int>(ws.size());
-  treemla::cuda::VerifyLimits lim{c.batch, int64_t(c.batch) * c.q_len, c.heads};
+  // Every request has q_len nodes: that bound lets the decode family run q_len * H <= 16.
+  treemla::cuda::VerifyLimits lim{c.batch, int64_t(c.batch) * c.q_len, c.heads, c.q_len};
   const auto plan = treemla::cuda::make_verify_plan(lim, -1, c.tile, c.family);
   void* wsp = nullptr;
   TREEMLA_CUDA_CHECK(cudaMalloc(&wsp, plan.workspace_bytes));
@@ -361,6 +362,7 @@ int bench::run(const bench::Options& opt) {
   const bool sm90a_here = treemla::cuda::sm90a_available(prop.major, prop.minor);
   if ((opt.families == "all" && sm90a_here) || opt.families == "sm90a")
     families.push_back(KernelFamily::kSm90a);
+  if (opt.families == "all" || opt.families == "decode") families.push_back(KernelFamily::kDecode);
   std::ofstream json_file;
   if (!opt.json.empty()) {  // before the run, which takes minutes
     json_file.open(opt.json);
@@ -386,6 +388,11 @@ int bench::run(const bench::Options& opt) {
     for (KernelFamily f : families) {
       for (TileConfig t : tiles) {
         if (f == KernelFamily::kSm90a && t != TileConfig::kSmemLarge) continue;  // its only one
+        // The decode family runs requests of at most 16 rows (q_len * H), in its one
+        // configuration.
+        if (f == KernelFamily::kDecode &&
+            (shape.q_len * shape.heads > 16 || t != TileConfig::kSmem99K))
+          continue;
         Case c = shape;
         c.tile = t;
         c.family = f;

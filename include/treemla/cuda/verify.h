@@ -28,13 +28,17 @@ namespace treemla::cuda {
 // sm_80 and newer. kCluster: mma.sync with a cp.async producer, mbarriers and CTA pairs (clusters
 // of 2) that split the KV columns; sm_90 and newer, sm_120 included. kSm90a: wgmma with a
 // cp.async producer warpgroup; sm_90 only, and only where the build has sm_90a code
-// (architecture 90a). kAuto: kSm90a on sm_90 when the build has it, else kCpAsync.
-enum class KernelFamily : int { kAuto = 0, kCpAsync = 1, kCluster = 2, kSm90a = 3 };
-const char* kernel_family_name(KernelFamily f);  // "auto", "cpasync", "cluster", "sm90a"
+// (architecture 90a). kDecode: mma.sync with cp.async for row tiles of at most 16 rows, two CTAs
+// per SM where shared memory allows; sm_80 and newer; only for plans whose limits bound every
+// request to max_q_len * num_heads <= 16 (e.g. q_len = 1 with H <= 16); smem99k only. kAuto:
+// kSm90a on sm_90 when the build has it, else kDecode for such plans, else kCpAsync.
+enum class KernelFamily : int { kAuto = 0, kCpAsync = 1, kCluster = 2, kSm90a = 3, kDecode = 4 };
+// "auto", "cpasync", "cluster", "sm90a", "decode"
+const char* kernel_family_name(KernelFamily f);
 
 // Tile configurations of a family. kSmem99K fits 99 KB of shared memory per block (sm_86, sm_89,
 // sm_120) and runs on every architecture of its family; kSmemLarge uses more stages where the
-// device allows it (sm_80, sm_90, sm_100). kSm90a has only kSmemLarge.
+// device allows it (sm_80, sm_90, sm_100). kSm90a has only kSmemLarge, kDecode only kSmem99K.
 enum class TileConfig : int { kAuto = 0, kSmem99K = 1, kSmemLarge = 2 };
 const char* tile_config_name(TileConfig c);  // "auto", "smem99k", "smem-large"
 
@@ -42,6 +46,10 @@ struct VerifyLimits {
   int max_batch = 0;        // requests per call, >= batch of every call using the plan
   int64_t max_total_q = 0;  // tree nodes (query rows) per call, >= q_indptr[batch]
   int num_heads = 0;        // H, 1..128 (fixed for the plan)
+  // Tree nodes of any one request, 1..1025; 0 (default): no bound below 1025. The schedule
+  // rejects a request with more (check_status reports it). A bound with max_q_len * num_heads
+  // <= 16 (q_len = 1 decode with H <= 16, or a short chain) lets the plan pick the decode family.
+  int max_q_len = 0;
 };
 
 struct VerifyPlan {

@@ -27,7 +27,7 @@ enum StatusCode : int {
   // verify attention (schedule, main kernels; check_status)
   kStatusBadIndptr = 1,  // q_indptr[0] != 0: 0, q_indptr[0], 0; or decreasing: request,
                          // q_indptr[b], q_indptr[b + 1]
-  kStatusQLen = 2,       // a request's q_len > kMaxTreeNodes: request, q_len, kMaxTreeNodes
+  kStatusQLen = 2,       // a request's q_len > the plan's bound: request, q_len, bound
   kStatusTotalQ = 3,     // q_indptr[b + 1] > limits.max_total_q: request, q_indptr[b + 1], bound
   kStatusPrefix = 4,     // prefix_len < 0 or > kMaxPrefixLen: request, prefix_len, kMaxPrefixLen
   kStatusPage = 5,       // a page the call reads is outside [0, num_pages): request, page, row

@@ -47,6 +47,8 @@ struct VerifyKernelParams {
   int partial_slots;
   long long max_total_q;
   int pair_rows;  // row tiles of at most this many rows run as sub-split pairs (0: never)
+  int max_q_len;  // the plan's bound on a request's q_len (limits.max_q_len, or kMaxTreeNodes)
+  int max_waves;  // the schedule aims for at most this many waves (the plan's partial slots)
   // Measurement switches of the cluster family, from the environment variable TREEMLA_WAIT_MODE
   // (0 in normal use): 1/2/4 spin on test_wait instead of try_wait (producer empty / stage full /
   // peer exchange waits); timing ablations that give WRONG results: 8 skips the peer exchange,

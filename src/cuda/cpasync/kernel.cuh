@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/mma_rows.cuh"
 #include "cuda/common/verify_device.cuh"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/cpasync/traits.h"
@@ -278,65 +279,13 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
     }
 
     // ---- mask (only tail blocks and the last, partial prefix block need one) ----
-    if (d.jb >= 0 || d.limit - d.t0 < kBlockN) {
-      const int valid = d.limit - d.t0;  // keys in this block
-      const uint32_t in_range = valid >= 32 ? 0xffffffffu : ((1u << max(valid, 0)) - 1u);
-      uint32_t vis0 = in_range, vis1 = in_range;  // bit c: key column c visible
-      if (d.jb >= 0) {
-        vis0 &= v0 ? __ldg(mrow0 + d.jb) : 0u;
-        vis1 &= v1 ? __ldg(mrow1 + d.jb) : 0u;
-      }
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int c = key_base + nt * 8 + q4 * 2;
-        if (!((vis0 >> c) & 1u)) s[nt][0] = -INFINITY;
-        if (!((vis0 >> (c + 1)) & 1u)) s[nt][1] = -INFINITY;
-        if (!((vis1 >> c) & 1u)) s[nt][2] = -INFINITY;
-        if (!((vis1 >> (c + 1)) & 1u)) s[nt][3] = -INFINITY;
-      }
-    }
+    if (d.jb >= 0 || d.limit - d.t0 < kBlockN)
+      mask_block<kNT>(s, d.limit - d.t0, d.jb, mrow0, mrow1, v0, v1, key_base, q4);
 
     // ---- online softmax ----
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // Scores stay unscaled until exp2(s * sc - m * sc), one FFMA each (sc > 0, so the max
-    // commutes with scaling). A row that has seen nothing yet keeps max -inf; subtract 0 then
-    // so exp2 gives 0, not NaN.
-    const float mu0 = mx0 == -INFINITY ? 0.f : mx0 * sc;
-    const float mu1 = mx1 == -INFINITY ? 0.f : mx1 * sc;
-    const float alpha0 = fast_exp2(fmaf(m0, sc, -mu0)), alpha1 = fast_exp2(fmaf(m1, sc, -mu1));
-    m0 = mx0;
-    m1 = mx1;
-    float rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      s[nt][0] = fast_exp2(fmaf(s[nt][0], sc, -mu0));
-      s[nt][1] = fast_exp2(fmaf(s[nt][1], sc, -mu0));
-      s[nt][2] = fast_exp2(fmaf(s[nt][2], sc, -mu1));
-      s[nt][3] = fast_exp2(fmaf(s[nt][3], sc, -mu1));
-      rs0 += s[nt][0] + s[nt][1];
-      rs1 += s[nt][2] + s[nt][3];
-    }
-    l0 = l0 * alpha0 + rs0;
-    l1 = l1 * alpha1 + rs1;
-    // Once a row's max settles (most of a long prefix) alpha is exactly 1: skip the rescale.
-    if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[i][0] *= alpha0;
-        o[i][1] *= alpha0;
-        o[i][2] *= alpha1;
-        o[i][3] *= alpha1;
-      }
-    }
+    float alpha0, alpha1;
+    online_softmax_step<kNT>(s, sc, m0, m1, l0, l1, alpha0, alpha1);
+    rescale_rows<32>(o, alpha0, alpha1);
 
     // ---- O += P V over this warp's 256 output columns ----
     if constexpr (kSplitKeys) {
@@ -441,46 +390,8 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   }
 
   // ---- epilogue ----
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
-  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
-  constexpr float kLn2 = 0.69314718055994530942f;
-
-  if (rs.splits == 1) {
-    T* out = static_cast<T*>(kp.o);
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      const int col = half * 256 + nt * 8 + q4 * 2;
-      if (writer && v0)
-        *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) =
-            pack2<T>(o[nt][0] * inv0, o[nt][1] * inv0);
-      if (writer && v1)
-        *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) =
-            pack2<T>(o[nt][2] * inv1, o[nt][3] * inv1);
-    }
-    if (writer && half == 0 && q4 == 0) {
-      if (v0) kp.lse[grow0] = lse0 * kLn2;
-      if (v1) kp.lse[grow1] = lse1 * kLn2;
-    }
-  } else {
-    const int64_t slot = rs.part_base + static_cast<int64_t>(split) * rs.tiles + tile;
-    float* po = kp.part_o + slot * kBlockM * kHeadDimV;
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      const int col = half * 256 + nt * 8 + q4 * 2;
-      if (writer && v0)
-        *reinterpret_cast<float2*>(po + rl0 * kHeadDimV + col) =
-            make_float2(o[nt][0] * inv0, o[nt][1] * inv0);
-      if (writer && v1)
-        *reinterpret_cast<float2*>(po + rl1 * kHeadDimV + col) =
-            make_float2(o[nt][2] * inv1, o[nt][3] * inv1);
-    }
-    if (writer && half == 0 && q4 == 0) {
-      if (v0) kp.part_lse[slot * kBlockM + rl0] = lse0;
-      if (v1) kp.part_lse[slot * kBlockM + rl1] = lse1;
-    }
-  }
+  const TileRows tr{rl0, grow0, writer && v0, writer && v1, writer && half == 0 && q4 == 0};
+  write_tile_rows<T, 32>(kp, rs, split, tile, o, m0, m1, l0, l1, tr, half * 256, q4);
 }
 
 template <typename T, class Tr>

@@ -12,7 +12,8 @@
 // a tile also does the tree tail. Partial slots (requests with splits_b > 1) <= target.
 // `waves` is 1 unless an estimate (pass 1b: waves needed x the largest item) says a few more,
 // smaller items are clearly faster: e.g. 136 row tiles on 132 CTAs would otherwise run a second
-// wave of 4 whole tiles. At most kMaxWaves; the plan sizes the partial slots for that.
+// wave of 4 whole tiles. At most kp.max_waves (kMaxWaves, fewer with several CTAs per SM); the
+// plan sizes the partial slots for that.
 //
 // Pair mode (kp.pair_rows > 0, the cluster family): a request whose rows (q_len * H) fit in
 // pair_rows and whose share is at least one item gets an even number of splits, and each work
@@ -83,8 +84,8 @@ __global__ void __launch_bounds__(kSchedThreads)
       record_status(kp.hdr, kStatusBadIndptr, b, lo, hi);
       q_len = 0;
     }
-    if (q_len > kMaxTreeNodes) {
-      record_status(kp.hdr, kStatusQLen, b, q_len, kMaxTreeNodes);
+    if (q_len > kp.max_q_len) {  // limits.max_q_len, at most kMaxTreeNodes
+      record_status(kp.hdr, kStatusQLen, b, q_len, kp.max_q_len);
       q_len = 0;
     }
     if (hi > kp.max_total_q) {
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kSchedThreads)
   for (int b = threadIdx.x; b < batch; b += kSchedThreads) {
     const RequestSched rs = kp.sched[b];
     if (rs.q_len == 0) continue;
-    for (int k = 0; k < kNumWaveChoices; ++k) {
+    for (int k = 0; k < kNumWaveChoices && kWaveChoices[k] <= kp.max_waves; ++k) {
       const int splits = splits_for(rs.pblocks, kWaveChoices[k] * kp.target_items, total_cost);
       atomicAdd(&s_wave_items[k], static_cast<unsigned long long>(rs.tiles) * splits);
       atomicMax(&s_wave_item_max[k], (rs.pblocks + splits - 1) / splits + kItemOverheadBlocks);
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kSchedThreads)
     const long long t = kp.target_items > 0 ? kp.target_items : 1;
     int best = 0;
     long long best_est = -1;
-    for (int k = 0; k < kNumWaveChoices; ++k) {
+    for (int k = 0; k < kNumWaveChoices && kWaveChoices[k] <= kp.max_waves; ++k) {
       const long long waves = (static_cast<long long>(s_wave_items[k]) + t - 1) / t;
       const long long est = waves * s_wave_item_max[k];
       if (best_est < 0 || est * 100 < best_est * 97) {  // a later choice must win by 3%
