@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# Builds the GPU test executable against deliberately broken cluster kernels (docs/testing.md,
-# "Kernel mutations"), reusing an existing Ninja build directory: only the cluster family's four
-# instantiation files are compiled again with -DTREEMLA_KERNEL_MUTATION=n, into a copy of the
-# library, and the tests are linked against that copy. The build directory is left unchanged.
-# Usage: scripts/build-mutations.sh BUILD_DIR OUT_DIR   (writes OUT_DIR/treemla_gpu_tests_mutN)
+# Builds the GPU test executable against deliberately broken kernels of one family (docs/testing.md,
+# "Kernel mutations"; the cluster and decode families have the hooks), reusing an existing Ninja
+# build directory: only that family's instantiation files are compiled again with
+# -DTREEMLA_KERNEL_MUTATION=n, into a copy of the library, and the tests are linked against that
+# copy. The build directory is left unchanged.
+# Usage: scripts/build-mutations.sh BUILD_DIR OUT_DIR [FAMILY]   (FAMILY: cluster (default) or
+# decode; writes OUT_DIR/treemla_gpu_tests_mutN)
 set -euo pipefail
 B=$(cd "$1" && pwd)
 mkdir -p "$2"
 OUT=$(cd "$2" && pwd)
+FAMILY=${3:-cluster}
+SRC=$(cd "$(dirname "$0")/.." && pwd)/src/cuda/$FAMILY
+[ -e "$SRC/kernel.cuh" ] || { echo "no kernel family '$FAMILY' (src/cuda/$FAMILY)" >&2; exit 2; }
 cd "$B"
 archive=$(ninja -t commands libtreemla.a | tail -1)
 link=$(ninja -t commands tests/treemla_gpu_tests | tail -1)
 for n in 1 2 3; do
   work=$(mktemp -d)
   lib_cmd=$archive
-  for f in bf16_99k bf16_large fp16_99k fp16_large; do
-    obj="CMakeFiles/treemla.dir/src/cuda/cluster/$f.cu.o"
+  for src in "$SRC"/*.cu; do
+    f=$(basename "$src" .cu)
+    obj="CMakeFiles/treemla.dir/src/cuda/$FAMILY/$f.cu.o"
     cmd=$(ninja -t commands libtreemla.a | grep -F -- "-o $obj" | head -1)
     cmd=${cmd/ -c / -DTREEMLA_KERNEL_MUTATION=$n -c }
     cmd=${cmd/-o $obj/-o $work/$f.cu.o}

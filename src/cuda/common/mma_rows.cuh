@@ -45,8 +45,8 @@ __device__ __forceinline__ void mask_block(float (&s)[kNT][4], int valid, int jb
 // exp2 gives 0, not NaN.
 template <int kNT>
 __device__ __forceinline__ void online_softmax_step(float (&s)[kNT][4], float sc, float& m0,
-                                                    float& m1, float& l0, float& l1,
-                                                    float& alpha0, float& alpha1) {
+                                                    float& m1, float& l0, float& l1, float& alpha0,
+                                                    float& alpha1) {
   float mx0 = m0, mx1 = m1;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
@@ -115,7 +115,11 @@ __device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp,
   const float sc = kp.scale_log2;
   const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
   const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
+#if defined(TREEMLA_KERNEL_MUTATION) && TREEMLA_KERNEL_MUTATION == 3
+  constexpr float kLn2 = 1.f;  // mutation (docs/testing.md): the final LSE in base 2
+#else
   constexpr float kLn2 = 0.69314718055994530942f;
+#endif
   const int64_t grow1 = tr.grow0 + 8;
   if (rs.splits == 1) {
     T* out = static_cast<T*>(kp.o);

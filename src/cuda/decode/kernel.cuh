@@ -38,6 +38,13 @@
 #include "cuda/decode/traits.h"
 #include "cuda/dispatch.h"
 
+// Deliberately broken builds for the test checks (docs/testing.md, "Kernel mutations"); 0 in
+// every normal build: 1 tail mask ignored, 2 the first key of every split after the first
+// dropped, 3 the LSE written in base 2 (common/mma_rows.cuh).
+#ifndef TREEMLA_KERNEL_MUTATION
+#define TREEMLA_KERNEL_MUTATION 0
+#endif
+
 namespace treemla::cuda::decode {
 
 // Block `it` of an item: its first logical row, the row where keys end, and its tail block
@@ -206,8 +213,8 @@ __device__ void decode_item(const VerifyKernelParams& kp, unsigned char* smem, i
     __syncthreads();
     {
       const int nxt = it + kStages - 1;
-      if (nxt < n_blocks) load_block<T, Tr>(kp, b, sKV + (nxt % kStages) * kStageElems,
-                                            block(nxt), ring(nxt));
+      if (nxt < n_blocks)
+        load_block<T, Tr>(kp, b, sKV + (nxt % kStages) * kStageElems, block(nxt), ring(nxt));
       if (nxt + kStages - 1 < n_blocks)
         load_pages(kp, b, block(nxt + kStages - 1), ring(nxt + kStages - 1));
       cp_async_commit();  // always, so the wait count above stays right
@@ -263,15 +270,24 @@ __device__ void decode_item(const VerifyKernelParams& kp, unsigned char* smem, i
     }
 
     // ---- mask: tail blocks and the last, partial prefix block ----
+#if TREEMLA_KERNEL_MUTATION == 1
+    const int mask_jb = -1;  // mutation: every node sees every tail row
+#else
+    const int mask_jb = d.jb;
+#endif
     if (d.jb >= 0 || d.limit - d.t0 < Tr::kBlockN)
-      mask_block<4>(s, d.limit - d.t0, d.jb, mrow0, mrow1, v0, v1, 0, q4);
+      mask_block<4>(s, d.limit - d.t0, mask_jb, mrow0, mrow1, v0, v1, 0, q4);
+#if TREEMLA_KERNEL_MUTATION == 2
+    if (it == 0 && d.jb < 0 && split > 0 && q4 == 0)  // mutation: the split's first key dropped
+      s[0][0] = s[0][2] = -INFINITY;
+#endif
 
     // ---- online softmax (every warp the same) ----
     float alpha0, alpha1;
     online_softmax_step<4>(s, sc, m0, m1, l0, l1, alpha0, alpha1);
     rescale_rows<kOT>(o, alpha0, alpha1);
 
-    // ---- O[:, kOCols warp ..) += P V, P from registers (S's accumulator layout is P's A layout) ----
+    // ---- O[:, kOCols warp ..) += P V; P from registers (S's C layout is P's A layout) ----
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       uint32_t a[4];
@@ -282,8 +298,7 @@ __device__ void decode_item(const VerifyKernelParams& kp, unsigned char* smem, i
 #pragma unroll
       for (int np = 0; np < kOT / 2; ++np) {
         uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(b0, b1, b2, b3,
-                          v_off + stage + (kk * 16 * Tr::kRowStride + np * 16) * 2);
+        ldmatrix_x4_trans(b0, b1, b2, b3, v_off + stage + (kk * 16 * Tr::kRowStride + np * 16) * 2);
         mma_16816<T>(o[2 * np], a, b0, b1);
         mma_16816<T>(o[2 * np + 1], a, b2, b3);
       }

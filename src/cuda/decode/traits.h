@@ -14,8 +14,8 @@ constexpr int kDecodeRows = 16;
 
 template <typename T, int kStages_, int kWarps_>
 struct DecodeTraits {
-  using Element = T;    // q, o
-  using KvElement = T;  // kv_cache
+  using Element = T;                        // q, o
+  using KvElement = T;                      // kv_cache
   static constexpr int kBlockN = 32;        // KV rows per block (the schedule's block)
   static constexpr int kStages = kStages_;  // cp.async pipeline depth
   // Warp w computes a partial S over the 144 columns [144 (w % 4), +144) for the keys of its key
@@ -26,10 +26,10 @@ struct DecodeTraits {
   static constexpr int kKeyGroups = kWarps / 4;
   static constexpr int kQKTiles = kBlockN / kKeyGroups / 8;  // n8 tiles of S a warp computes
   static constexpr int kOCols = kHeadDimV / kWarps;
-  static constexpr int kOTiles = kOCols / 8;           // n8 tiles of O a warp owns
-  static constexpr int kRowThreads = kThreads / kBlockN;  // threads copying one KV row
+  static constexpr int kOTiles = kOCols / 8;                       // n8 tiles of O a warp owns
+  static constexpr int kRowThreads = kThreads / kBlockN;           // threads copying one KV row
   static constexpr int kRowChunks = kHeadDimQK / 8 / kRowThreads;  // 16-byte copies a thread
-  static constexpr int kCtasPerSm = 2;  // launch bounds: registers for two CTAs an SM
+  static constexpr int kCtasPerSm = 2;               // launch bounds: registers for two CTAs an SM
   static constexpr int kRowStride = kHeadDimQK + 8;  // +16 B: ldmatrix rows hit distinct banks
   static constexpr int kXStride = kBlockN + 8;       // fp32 partial-S rows, conflict-free float2
   static constexpr int kKVBytes = kStages * kBlockN * kRowStride * 2;
