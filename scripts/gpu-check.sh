@@ -31,9 +31,11 @@ run() {  # run a step, log it, remember failures
 
 run "$BUILD/tests/treemla_gpu_tests" ${GTEST_ARGS:-}
 if [ -z "${SKIP_SANITIZER:-}" ]; then
-  small='VerifyGpu.SmallPrefixLengths:VerifyGpu.MergeStateMatchesCpu:VerifyGpu.RaggedBatch'
+  # BadPageIndexIsReportedDecode: requests of 16 rows, so the decode family runs too.
+  small='VerifyGpu.SmallPrefixLengths:VerifyGpu.MergeStateMatchesCpu:VerifyGpu.RaggedBatch:VerifyGpu.BadPageIndexIsReportedDecode'
   run compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/treemla_gpu_tests" --gtest_filter="$small"
-  run compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/treemla_gpu_tests" --gtest_filter='VerifyGpu.SmallPrefixLengths'
+  run compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/treemla_gpu_tests" \
+    --gtest_filter='VerifyGpu.SmallPrefixLengths:VerifyGpu.BadPageIndexIsReportedDecode'
 fi
 if [ -z "${SKIP_PYTHON:-}" ] && python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
   # The binding with its CUDA kernels against the installed torch, then its GPU tests.
