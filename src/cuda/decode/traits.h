@@ -1,7 +1,7 @@
 // Tile configurations of the decode verify family (src/cuda/decode/kernel.cuh): row tiles of at
 // most 16 rows (q_len * H <= 16, e.g. q_len = 1 with H <= 16), mma.sync + cp.async, sm_80 ..
-// sm_120, and its shared-memory plan. A CTA is small (8 warps at 128 registers, one 16-row
-// tile), so two of them share an SM where the shared memory allows it.
+// sm_120, and its shared-memory plan. A CTA is small (8 warps, one 16-row tile), so two of them
+// share an SM where the shared memory allows it (at 128 registers a thread).
 #pragma once
 
 #include "cuda/arch.h"
@@ -29,7 +29,14 @@ struct DecodeTraits {
   static constexpr int kOTiles = kOCols / 8;                       // n8 tiles of O a warp owns
   static constexpr int kRowThreads = kThreads / kBlockN;           // threads copying one KV row
   static constexpr int kRowChunks = kHeadDimQK / 8 / kRowThreads;  // 16-byte copies a thread
-  static constexpr int kCtasPerSm = 2;               // launch bounds: registers for two CTAs an SM
+  // Launch bounds: registers for two CTAs an SM where the SM's shared memory holds two (sm_90,
+  // sm_100: 228 KB; 128 registers a thread), one elsewhere (sm_80: 164 KB; sm_86, sm_89,
+  // sm_120: 100 KB), where the cap would only spill.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000)
+  static constexpr int kCtasPerSm = 2;
+#else
+  static constexpr int kCtasPerSm = 1;
+#endif
   static constexpr int kRowStride = kHeadDimQK + 8;  // +16 B: ldmatrix rows hit distinct banks
   static constexpr int kXStride = kBlockN + 8;       // fp32 partial-S rows, conflict-free float2
   static constexpr int kKVBytes = kStages * kBlockN * kRowStride * 2;
