@@ -4,24 +4,24 @@
 // schedule then rejects longer requests on the device (kStatusQLen).
 //
 // Why a kernel of its own: at q_len = 1 the call only streams the KV cache (16 rows x 2,176 FLOP
-// per key), so what matters is how many bytes each SM has in flight. The 64-row families hold a
-// whole SM per CTA (O and Q fill the register file), which leaves one or two KV blocks in flight.
-// This kernel's CTA is one 16-row tile on 4 warps (O: 16 x 512 fp32 = 64 registers a thread), so
-// two CTAs share an SM on sm_90 / sm_100 with two or three stages each (docs/verify-kernel.md,
-// "The decode family", has the budget).
+// per key), so what matters is how fast each SM can take in bytes. The 64-row families hold a
+// whole SM per CTA (O and Q fill the register file). This kernel's CTA is one 16-row tile on 8
+// warps (O: 16 x 512 fp32 = 32 registers a thread), so two CTAs share an SM on sm_90 / sm_100
+// (docs/verify-kernel.md, "The decode family", has the budget and the measurements).
 //
 // Grid: plan.num_ctas persistent CTAs; CTA c takes work items c, c + grid, ... of the schedule's
 // list (one item: a request's 16-row tile and one split of its prefix; the last split also
 // attends the tree tail). Rows past the tile's last row compute on zero Q and are not written.
 //
-// Per 32-key KV block, warp w:
-//   a partial S[16 x 32] = Q[:, C_w] K[:, C_w]^T over its 144 columns C_w = [144w, 144w + 144) of
-//   the 576 (Q fragments in registers, 36 a thread), written to shared memory (fp32); after a
-//   barrier every warp adds the four partials in the same order, so all warps hold the same S
-//   bit for bit and run the same online softmax (same m, same l); P stays in registers as the
-//   A operand of O[:, 128w .. 128w + 128) = O alpha + P V[:, 128w ..) (V by ldmatrix.trans out of
-//   the same KV block). Two barriers per block: the partials, and the top of the loop (the stage
-//   ring and the partial buffer are free again).
+// Per 32-key KV block, warp w = 4 kg + dq:
+//   a partial S[16 x 16] = Q[:, C] K[keys, C]^T over the 144 columns C = [144 dq, 144 dq + 144) of
+//   the 576 (Q fragments in registers, 36 a thread) for the keys [16 kg, 16 kg + 16), written to
+//   shared memory (fp32); after a barrier every warp adds the four column groups' partials of all
+//   32 keys in the same order, so all warps hold the same S bit for bit and run the same online
+//   softmax (same m, same l); P stays in registers as the A operand of
+//   O[:, 64 w .. 64 w + 64) = O alpha + P V[:, 64 w ..) (V by ldmatrix.trans out of the same KV
+//   block). Two barriers per block: the partials, and the top of the loop (the stage ring, the
+//   partial buffer and the page ring are free again).
 //
 // Output: an item that covers its tile's whole key range writes O (p.dtype) and LSE (ln);
 // otherwise a normalized fp32 partial and a log2-domain LSE, merged by the combine kernel.
