@@ -253,3 +253,10 @@ def test_tree_tail_slots():
 def test_plan_rejects_unknown_tile_name():
     with pytest.raises(ValueError, match=r"tile must be one of .*'smem-large'.*got 'large'"):
         treemla.plan_verify(1, 1, 8, tile="large")
+
+
+@pytest.mark.parametrize("bad", [-1, 1026, 1.5])
+def test_plan_rejects_a_bad_max_q_len(bad):
+    # Checked before any device access, so it runs without a GPU too.
+    with pytest.raises((ValueError, TypeError), match="max_q_len"):
+        treemla.plan_verify(1, 1, 8, tile="smem99k", family="decode", max_q_len=bad)

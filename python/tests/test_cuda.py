@@ -110,11 +110,6 @@ def test_verify_cuda_decode_family():
         treemla.check_status(plan, ws)
 
 
-def test_plan_verify_refuses_a_bad_max_q_len():
-    with pytest.raises(ValueError, match="max_q_len must be in"):
-        treemla.plan_verify(1, 1, 8, device=0, max_q_len=1026)
-
-
 def test_plan_verify_refuses_unknown_family():
     with pytest.raises(ValueError, match="family must be one of"):
         treemla.plan_verify(1, 1, 8, device=0, family="wgmma")
