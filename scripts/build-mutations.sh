@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the GPU test executable against deliberately broken kernels of one family (docs/testing.md,
-# "Kernel mutations"; the cluster and decode families have the hooks), reusing an existing Ninja
+# "Kernel mutations"; the cluster, decode and warpspec families have the hooks), reusing an existing Ninja
 # build directory: only that family's instantiation files are compiled again with
 # -DTREEMLA_KERNEL_MUTATION=n, into a copy of the library, and the tests are linked against that
 # copy. The build directory is left unchanged.
-# Usage: scripts/build-mutations.sh BUILD_DIR OUT_DIR [FAMILY]   (FAMILY: cluster (default) or
-# decode; writes OUT_DIR/treemla_gpu_tests_mutN)
+# Usage: scripts/build-mutations.sh BUILD_DIR OUT_DIR [FAMILY]   (FAMILY: cluster (default), decode
+# or warpspec; writes OUT_DIR/treemla_gpu_tests_mutN)
 set -euo pipefail
 B=$(cd "$1" && pwd)
 mkdir -p "$2"

@@ -9,6 +9,8 @@
 #   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
 #             page-size-1 and tail cases (bench.json / bench.txt)
 #   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
+#   mutations:F  .gpu/treemla_gpu_tests_mut{1,2,3} (scripts/build-mutations.sh, family F) and the
+#             unmutated tests on F's mutation-sensitive tests (mutations-F.log)
 #   env:V=X   the sm90a rows of .gpu/treemla with environment variable V set to X (for builds
 #             that read a measurement switch; e.g. the cluster family's TREEMLA_WAIT_MODE,
 #             verify_kernel_params.h, has none for sm90a today)
@@ -55,7 +57,18 @@ for step in $STEPS; do
     bench)
       timeout 200 $G/treemla bench --cases "$PEERS;$EXTRA" --reps 10 --commit "$C" \
         --json $OUT/bench.json > $OUT/bench.txt 2>&1; t "bench rc=$?"
-      grep -E "^(sm90a|cpasync|cluster|decode|#) " $OUT/bench.txt | cut -c1-112 ;;
+      grep -E "^(sm90a|cpasync|cluster|decode|warpspec|#) " $OUT/bench.txt | cut -c1-112 ;;
+    mutations:*)
+      f=${step#mutations:}
+      filt='VerifyGpu.TreeShapes:VerifyOracle.TailRowsOfEveryTreeShape:VerifyOracle.EdgesBlocksAndSplits'
+      [ "$f" = decode ] && filt='VerifyGpu.Decode*:VerifyGpu.*Decode:VerifyOracle.Decode*:VerifyGpu.LongPrefix*'
+      for b in $G/treemla_gpu_tests $G/treemla_gpu_tests_mut1 $G/treemla_gpu_tests_mut2 $G/treemla_gpu_tests_mut3; do
+        [ -e "$b" ] || continue
+        echo "===== ${b##*/} (TREEMLA_TEST_FAMILY=$f)" >> $OUT/mutations-$f.log
+        TREEMLA_TEST_FAMILY=$f timeout 120 $b --gtest_filter="$filt" >> $OUT/mutations-$f.log 2>&1
+        t "${b##*/} rc=$?"
+      done
+      grep -E "^=====|^\[  (FAILED|PASSED) |^\[  FAILED  \] [A-Z]" $OUT/mutations-$f.log ;;
     variants)
       for v in $G/treemla-*; do
         [ -e "$v" ] || continue

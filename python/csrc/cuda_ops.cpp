@@ -39,9 +39,10 @@ cuda::TileConfig to_tile(int64_t config) {
 }
 cuda::KernelFamily to_family(int64_t config) {
   const int64_t family = (config >> 4) & 15;
-  TREEMLA_CHECK_VALUE(
-      family <= 4,
-      "family must be 0 (auto), 1 (cpasync), 2 (cluster), 3 (sm90a) or 4 (decode), got ", family);
+  TREEMLA_CHECK_VALUE(family <= 5,
+                      "family must be 0 (auto), 1 (cpasync), 2 (cluster), 3 (sm90a), 4 (decode) or "
+                      "5 (warpspec), got ",
+                      family);
   return static_cast<cuda::KernelFamily>(family);
 }
 int to_max_q_len(int64_t config) {

@@ -24,10 +24,10 @@ _PARTS = {"all": 0, "prefix": 1, "tail": 2}
 # "smem_large" is accepted as an alias of "smem-large".
 _TILES = {"auto": 0, "smem99k": 1, "smem-large": 2, "smem_large": 2}
 # Kernel families (docs/verify-kernel.md): "cpasync" (sm_80 and newer), "cluster" (sm_90 and
-# newer), "sm90a" (sm_90 with sm_90a code in the build) and "decode" (sm_80 and newer, plans with
-# max_q_len * num_heads <= 16). The operators carry tile + 16 * family + 256 * max_q_len as one
+# newer), "sm90a" (sm_90 with sm_90a code in the build), "decode" (sm_80 and newer, plans with
+# max_q_len * num_heads <= 16) and "warpspec" (sm_90 and newer, smem99k only). The operators carry tile + 16 * family + 256 * max_q_len as one
 # integer.
-_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2, "sm90a": 3, "decode": 4}
+_FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2, "sm90a": 3, "decode": 4, "warpspec": 5}
 
 
 def with_cuda() -> bool:
@@ -60,7 +60,7 @@ class VerifyPlan:
     compute_capability: int
     num_ctas: int
     workspace_bytes: int
-    family: str = "cpasync"  # resolved kernel family: "cpasync", "cluster", "sm90a" or "decode"
+    family: str = "cpasync"  # resolved kernel family: "cpasync", "cluster", "sm90a", "decode", "warpspec"
     max_q_len: int = 0       # bound on one request's tree nodes (0: none below MAX_TREE_NODES)
 
     def new_workspace(self) -> torch.Tensor:
@@ -91,7 +91,8 @@ def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
     shared-memory configuration ("smem99k", the sm_120 one, runs everywhere; "smem-large" needs more
     than 99 KB per block); "auto" picks the largest the device allows. ``family`` forces a kernel
     family ("cpasync"; "cluster" on sm_90 and newer; "sm90a" on sm_90, "smem-large" only;
-    "decode" when ``max_q_len * num_heads <= 16``, "smem99k" only); "auto" is "sm90a" on sm_90
+    "decode" when ``max_q_len * num_heads <= 16``, "smem99k" only; "warpspec" on sm_90 and newer,
+    "smem99k" only); "auto" is "sm90a" on sm_90
     when the build has sm_90a code, else "decode" for such a bound, else "cpasync". ``plan.tile`` and
     ``plan.family`` name the choice. ``max_q_len`` (0..MAX_TREE_NODES, 0: no bound) bounds the
     tree nodes of any one request: the GPU rejects a longer request (:func:`check_status` reports

@@ -7,6 +7,7 @@
 #include "cuda/decode/traits.h"
 #include "cuda/dispatch.h"
 #include "cuda/sm90a/traits.h"
+#include "cuda/warpspec/traits.h"
 #include "treemla/error.h"
 
 namespace treemla::cuda {
@@ -34,6 +35,10 @@ KernelEntry entry_for(KernelFamily family, TileConfig tile) {
                         << DecodeTraits99K<T>::kSmemBytes
                         << " B share an SM where it has the shared memory)");
       return decode_entry<DecodeTraits99K<T>>();
+    case KernelFamily::kWarpSpec:
+      TREEMLA_CHECK(!large, "kernel family warpspec has only the smem99k tile configuration ("
+                                << WarpSpecTraits99K<T>::kSmemBytes << " B, one CTA per SM)");
+      return warpspec_entry<WarpSpecTraits99K<T>>();
     default:
       TREEMLA_FAIL("kernel family " << static_cast<int>(family) << " is not resolved");
   }

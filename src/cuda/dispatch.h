@@ -31,6 +31,8 @@ template <class Tr>
 KernelEntry sm90a_entry();
 template <class Tr>
 KernelEntry decode_entry();
+template <class Tr>
+KernelEntry warpspec_entry();
 
 // The entry for a resolved family and tile; throws treemla::Error naming the combination when
 // the table has none (never for the combinations the public enums allow).

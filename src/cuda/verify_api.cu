@@ -93,6 +93,8 @@ const char* kernel_family_name(KernelFamily f) {
       return "sm90a";
     case KernelFamily::kDecode:
       return "decode";
+    case KernelFamily::kWarpSpec:
+      return "warpspec";
   }
   return "unknown";
 }
@@ -137,7 +139,7 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
                                       << "] (0: no bound below " << kMaxTreeNodes << ")");
   TREEMLA_CHECK(family == KernelFamily::kAuto || family == KernelFamily::kCpAsync ||
                     family == KernelFamily::kCluster || family == KernelFamily::kSm90a ||
-                    family == KernelFamily::kDecode,
+                    family == KernelFamily::kDecode || family == KernelFamily::kWarpSpec,
                 "family = " << static_cast<int>(family) << " is not a KernelFamily");
   TREEMLA_CHECK(
       tile == TileConfig::kAuto || tile == TileConfig::kSmem99K || tile == TileConfig::kSmemLarge,
@@ -168,7 +170,8 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
     if (tile != TileConfig::kAuto) return tile;
     if (f == KernelFamily::kSm90a) return TileConfig::kSmemLarge;  // its only configuration
-    if (f == KernelFamily::kDecode) return TileConfig::kSmem99K;   // its only configuration
+    if (f == KernelFamily::kDecode || f == KernelFamily::kWarpSpec)
+      return TileConfig::kSmem99K;  // their only configuration
     return fits(f, TileConfig::kSmemLarge) ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
   };
   // kAuto: the sm90a family on sm_90 when this build has sm_90a code (unless the 99 KB

@@ -290,7 +290,7 @@ class BadOptions(unittest.TestCase):
                 (["--cases", "1:200:1:10:64"], ["--cases", "heads '200'", "[1, 128]"]),
                 (["--cases", "1:8:1:10:12"], ["--cases", "page_size '12'", "power of two"]),
                 (["--tiles", "foo"], ["--tiles", "'foo'", "all, smem99k or smem-large"]),
-                (["--families", "wgmma"], ["--families", "'wgmma'", "cpasync, cluster, sm90a or decode"]),
+                (["--families", "wgmma"], ["--families", "'wgmma'", "cpasync, cluster, sm90a, decode or warpspec"]),
                 (["--cases", "abc", "--tiles", "foo"], ["--cases"])):
             err = self.assert_bad(["bench", *args], *needles)
             self.assertNotIn("no CUDA", err)

@@ -154,7 +154,8 @@ inline int case_max_q_len(const VerifyCase& c) {
 
 // Every family and tile configuration the device must run: the 99 KB configurations always
 // (they are what ships for sm_120), the large ones where the device has the shared memory, the
-// cluster family on compute capability 9.0 and newer, the sm90a family on 9.0 when the build has
+// cluster and warpspec families on compute capability 9.0 and newer (warpspec: 99 KB only), the
+// sm90a family on 9.0 when the build has
 // sm_90a code, and the decode family (99 KB only) when the plan's bound on a request's rows
 // (max_q_len * H, `bound_rows`) is 1..16. make_verify_plan throws (and the test fails) if one of
 // them cannot run, so nothing is dropped silently.
@@ -167,12 +168,13 @@ inline std::vector<GpuConfig> configs_to_test(int64_t bound_rows = 0) {
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   std::vector<cuda::KernelFamily> families{cuda::KernelFamily::kCpAsync};
   if (major >= 9) families.push_back(cuda::KernelFamily::kCluster);
+  if (major >= 9) families.push_back(cuda::KernelFamily::kWarpSpec);
   if (bound_rows >= 1 && bound_rows <= 16) families.push_back(cuda::KernelFamily::kDecode);
   std::vector<GpuConfig> out;
   for (cuda::KernelFamily f : families) {
     out.push_back({f, cuda::TileConfig::kSmem99K});
-    // The decode family has only the 99 KB configuration.
-    if (optin >= 150000 && f != cuda::KernelFamily::kDecode)
+    // The decode and warpspec families have only the 99 KB configuration.
+    if (optin >= 150000 && f != cuda::KernelFamily::kDecode && f != cuda::KernelFamily::kWarpSpec)
       out.push_back({f, cuda::TileConfig::kSmemLarge});
   }
   // sm90a (one configuration) on sm_90 whenever the build has its code.
@@ -181,11 +183,12 @@ inline std::vector<GpuConfig> configs_to_test(int64_t bound_rows = 0) {
   // TREEMLA_TEST_FAMILY=<name> keeps one family (a quicker run while working on it; the full
   // suite runs them all). A test whose case the family cannot run then runs nothing.
   if (const char* only = std::getenv("TREEMLA_TEST_FAMILY"); only && *only) {
-    static const std::vector<std::string> kNames{"cpasync", "cluster", "sm90a", "decode"};
+    static const std::vector<std::string> kNames{"cpasync", "cluster", "sm90a", "decode",
+                                                 "warpspec"};
     // A name that matches no family would let every test pass without running a kernel.
     if (std::find(kNames.begin(), kNames.end(), only) == kNames.end())
       throw std::runtime_error(std::string("TREEMLA_TEST_FAMILY=") + only +
-                               " names no family (cpasync, cluster, sm90a, decode)");
+                               " names no family (cpasync, cluster, sm90a, decode, warpspec)");
     std::vector<GpuConfig> kept;
     for (const GpuConfig& c : out)
       if (std::string(cuda::kernel_family_name(c.family)) == only) kept.push_back(c);

@@ -363,6 +363,8 @@ int bench::run(const bench::Options& opt) {
   if ((opt.families == "all" && sm90a_here) || opt.families == "sm90a")
     families.push_back(KernelFamily::kSm90a);
   if (opt.families == "all" || opt.families == "decode") families.push_back(KernelFamily::kDecode);
+  if ((opt.families == "all" && prop.major >= 9) || opt.families == "warpspec")
+    families.push_back(KernelFamily::kWarpSpec);
   std::ofstream json_file;
   if (!opt.json.empty()) {  // before the run, which takes minutes
     json_file.open(opt.json);
@@ -387,7 +389,8 @@ int bench::run(const bench::Options& opt) {
   for (const Case& shape : shapes) {
     for (KernelFamily f : families) {
       for (TileConfig t : tiles) {
-        if (f == KernelFamily::kSm90a && t != TileConfig::kSmemLarge) continue;  // its only one
+        if (f == KernelFamily::kSm90a && t != TileConfig::kSmemLarge) continue;   // its only one
+        if (f == KernelFamily::kWarpSpec && t != TileConfig::kSmem99K) continue;  // its only one
         // The decode family runs requests of at most 16 rows (q_len * H), in its one
         // configuration.
         if (f == KernelFamily::kDecode &&

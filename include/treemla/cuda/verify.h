@@ -30,15 +30,26 @@ namespace treemla::cuda {
 // cp.async producer warpgroup; sm_90 only, and only where the build has sm_90a code
 // (architecture 90a). kDecode: mma.sync with cp.async for row tiles of at most 16 rows, two CTAs
 // per SM where shared memory allows; sm_80 and newer; only for plans whose limits bound every
-// request to max_q_len * num_heads <= 16 (e.g. q_len = 1 with H <= 16); smem99k only. kAuto:
-// kSm90a on sm_90 when the build has it, else kDecode for such plans, else kCpAsync.
-enum class KernelFamily : int { kAuto = 0, kCpAsync = 1, kCluster = 2, kSm90a = 3, kDecode = 4 };
-// "auto", "cpasync", "cluster", "sm90a", "decode"
+// request to max_q_len * num_heads <= 16 (e.g. q_len = 1 with H <= 16); smem99k only.
+// kWarpSpec: mma.sync with score warps (Q K^T, softmax) and output warps (P V, copies) that run
+// one 16-key block apart, cp.async into an mbarrier ring; sm_90 and newer, sm_120 included;
+// smem99k only. kAuto: kSm90a on sm_90 when the build has it, else kDecode for such plans, else
+// kCpAsync.
+enum class KernelFamily : int {
+  kAuto = 0,
+  kCpAsync = 1,
+  kCluster = 2,
+  kSm90a = 3,
+  kDecode = 4,
+  kWarpSpec = 5
+};
+// "auto", "cpasync", "cluster", "sm90a", "decode", "warpspec"
 const char* kernel_family_name(KernelFamily f);
 
 // Tile configurations of a family. kSmem99K fits 99 KB of shared memory per block (sm_86, sm_89,
 // sm_120) and runs on every architecture of its family; kSmemLarge uses more stages where the
-// device allows it (sm_80, sm_90, sm_100). kSm90a has only kSmemLarge, kDecode only kSmem99K.
+// device allows it (sm_80, sm_90, sm_100). kSm90a has only kSmemLarge, kDecode and kWarpSpec only
+// kSmem99K.
 enum class TileConfig : int { kAuto = 0, kSmem99K = 1, kSmemLarge = 2 };
 const char* tile_config_name(TileConfig c);  // "auto", "smem99k", "smem-large"
 

@@ -98,6 +98,40 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// As mbar_wait, but each try_wait may suspend the thread for up to `ns` nanoseconds (it resumes
+// as soon as the phase completes): a waiting warp then takes no issue slots from the warps it
+// shares a scheduler with. Without the hint the wait returned after tens of nanoseconds on the
+// H200 and its retry loop issued ~95 times per wait (docs/verify-kernel.md, the warpspec family).
+__device__ __forceinline__ void mbar_wait_suspend(uint32_t bar, uint32_t parity,
+                                                  uint32_t ns = 1000000) {
+  uint32_t ok = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 "
+        "%0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity), "r"(ns)
+        : "memory");
+  } while (!ok);
+}
+
+// Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this
+// CTA's shared memory, counted on barrier `bar` as transaction bytes when it lands (the
+// .shared::cta destination: the .shared::cluster form compiles to a subroutine call on sm_120a).
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
+                                              uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// Orders this thread's earlier generic-proxy writes to shared memory before later async-proxy
+// accesses (bulk copies) to it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // The barrier counts one arrival of the executing thread once all its earlier cp.async copies
 // have landed (the arrival is part of the barrier's expected count: .noinc).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {

@@ -110,8 +110,11 @@ __device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp,
                                                 const float (&o)[kNT][4], float m0, float m1,
                                                 float l0, float l1, const TileRows& tr,
                                                 int col_base, int q4) {
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  // l >= 1 when a row saw anything (its maximum's own term is 1): the SFU reciprocal is within an
+  // ulp there and, unlike 1.f / l, calls no slow-path subroutine (ptxas saves the live registers
+  // around a call; the warpspec family's output warps have none to spare).
+  const float inv0 = l0 > 0.f ? fast_rcp(l0) : 0.f;
+  const float inv1 = l1 > 0.f ? fast_rcp(l1) : 0.f;
   const float sc = kp.scale_log2;
   const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
   const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;

@@ -35,6 +35,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1 / x with the SFU (about an ulp; no slow-path subroutine for denormals, unlike 1.f / x).
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The k-th set bit (k >= 0) of a 64-bit mask.
 __device__ __forceinline__ int nth_set_bit(uint64_t m, int k) {
   for (int i = 0; i < k; ++i) m &= m - 1;
@@ -90,6 +97,20 @@ __device__ __forceinline__ bool split_has_tail(const VerifyKernelParams& kp, con
 __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& begin, int& end) {
   begin = static_cast<int>(static_cast<int64_t>(s) * rs.pblocks / rs.splits);
   end = static_cast<int>(static_cast<int64_t>(s + 1) * rs.pblocks / rs.splits);
+}
+
+// 32-key block `it` of a work item whose prefix blocks are [pb_begin, pb_begin + n_pb) and whose
+// tail blocks are the set bits of tail_bits: its first logical row, the row where its keys end,
+// and its tail block index (-1 for prefix blocks).
+struct KeyBlock {
+  int t0, limit, jb;
+};
+__device__ __forceinline__ KeyBlock key_block_at(int it, int pb_begin, int n_pb, uint64_t tail_bits,
+                                                 int prefix_len, int q_len) {
+  constexpr int kN = 32;
+  if (it < n_pb) return {(pb_begin + it) * kN, prefix_len, -1};
+  const int jb = nth_set_bit(tail_bits, it - n_pb);
+  return {prefix_len + jb * kN, prefix_len + q_len, jb};
 }
 
 // Tail blocks (32 tree nodes each) that some row of row tile `tile` can see: bit j set when the

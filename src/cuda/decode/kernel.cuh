@@ -47,20 +47,6 @@
 
 namespace treemla::cuda::decode {
 
-// Block `it` of an item: its first logical row, the row where keys end, and its tail block
-// index (-1 for prefix blocks).
-struct Block {
-  int t0, limit, jb;
-};
-
-__device__ __forceinline__ Block block_at(int it, int pb_begin, int n_pb, uint64_t tail_bits,
-                                          int prefix_len, int q_len) {
-  constexpr int kN = 32;
-  if (it < n_pb) return {(pb_begin + it) * kN, prefix_len, -1};
-  const int jb = nth_set_bit(tail_bits, it - n_pb);
-  return {prefix_len + jb * kN, prefix_len + q_len, jb};
-}
-
 // The page-table entries of a block's 32 rows are copied into a ring in shared memory with
 // 4-byte cp.async, kStages - 1 blocks before the block's KV copies are issued and in the same
 // cp.async group as an earlier block's KV: the wait that makes that block's KV visible also
@@ -69,7 +55,7 @@ __device__ __forceinline__ Block block_at(int it, int pb_begin, int n_pb, uint64
 // page-table load's latency under full HBM traffic, ~2 us.)
 // Thread t < 32 copies the entry of row t of block `d`; rows past the keys or past the
 // page-table row copy nothing (load_block checks them again and does not read the slot).
-__device__ __forceinline__ void load_pages(const VerifyKernelParams& kp, int b, const Block& d,
+__device__ __forceinline__ void load_pages(const VerifyKernelParams& kp, int b, const KeyBlock& d,
                                            int* slot) {
   const int r = threadIdx.x;
   if (r < 32) {
@@ -90,7 +76,7 @@ __device__ __forceinline__ void load_pages(const VerifyKernelParams& kp, int b, 
 // and zero-filled, never read.
 template <typename T, class Tr>
 __device__ __forceinline__ void load_block(const VerifyKernelParams& kp, int b, T* dst,
-                                           const Block& d, const int* pages) {
+                                           const KeyBlock& d, const int* pages) {
   const int r = threadIdx.x / Tr::kRowThreads, sub = threadIdx.x % Tr::kRowThreads;
   const int t = d.t0 + r;
   const T* src = static_cast<const T*>(kp.p.kv_cache);
@@ -141,7 +127,7 @@ __device__ void decode_item(const VerifyKernelParams& kp, unsigned char* smem, i
   const uint64_t tail_bits = split_has_tail(kp, rs, split) ? tile_tail_bits(kp, rs, tile, lane) : 0;
   const int n_blocks = n_pb + __popcll(tail_bits);
   auto block = [&](int it) {
-    return block_at(it, pb_begin, n_pb, tail_bits, rs.prefix_len, rs.q_len);
+    return key_block_at(it, pb_begin, n_pb, tail_bits, rs.prefix_len, rs.q_len);
   };
 
   // Prologue: the page-table entries of blocks 0 .. kStages - 2 (waited for here), then one
@@ -220,7 +206,7 @@ __device__ void decode_item(const VerifyKernelParams& kp, unsigned char* smem, i
       cp_async_commit();  // always, so the wait count above stays right
     }
     const uint32_t stage = (it % kStages) * kStageElems * 2;
-    const Block d = block(it);
+    const KeyBlock d = block(it);
 
     // ---- partial S over this warp's 144 columns, its key group's keys ----
     // Two accumulator sets (even and odd k-steps): twice the independent mma chains.

@@ -1,0 +1,501 @@
+// The warpspec verify family: a 64-row tile (as the cpasync family) whose two products run on
+// different warps, mma.sync m16n8k16 + ldmatrix, KV rows by bulk copies (cp.async.bulk) into an
+// mbarrier ring of 16-key stages, sm_90 and newer (sm_120 included), 99 KB of shared memory, one
+// CTA of 12 warps per SM.
+//
+// Why: a 64-row tile needs 128 KB of O accumulators and 72 KB of Q fragments, so one CTA fills
+// the register file. In the cpasync family every warp holds both (16 rows each), runs every
+// phase of a block in lockstep with the others, and reads every K and V byte from shared memory
+// for its 16 rows. Here each warp's operand is 32 rows (half the shared-memory bytes per FLOP),
+// and the score and output warps run up to two 16-key blocks apart, so one role's softmax and
+// waits can overlap the other's products. docs/verify-kernel.md ("The warpspec family") has the
+// budget, the measurements and what limits it (it is about as fast as cpasync on the H200).
+//
+// Roles (warp w):
+//   w < 4, score warp (rg, kh) = (w / 2, w % 2): Q of rows [32 rg, +32) and columns
+//     [288 kh, +288) in registers (144 a thread). Per 16-key block: a partial S[32 x 16] over its
+//     288 columns, then the two warps of a row group swap halves through shared memory (warp kh
+//     sends the partial of the m16 tile it does not own and adds the sibling's partial of the
+//     one it owns, rows [32 rg + 16 kh, +16)); masks; the online softmax of those 16 rows (m, l
+//     stay here); P (16-bit) and the rows' factors alpha into a double-buffered slot.
+//   w >= 4, output warp (rg, cq) = ((w - 4) / 4, (w - 4) % 4): O[32 rg .. +32, 128 cq .. +128)
+//     in registers (128 a thread). Per block h: first, once every output warp has read block
+//     h - 1, lanes 0 and 1 copy rows 2 (w - 4) + lane of block h + kStages - 1 into that stage
+//     (one bulk copy of 1,152 B per row; the row's page-table entry loaded one block earlier);
+//     then O = O alpha + P V (P by ldmatrix out of the slot, V by ldmatrix.trans out of the
+//     stage). At the end of an item it writes O / l and the LSE (or the split's partial).
+// Handoffs (mbarriers; parities from a per-CTA count of blocks, so the ring runs across items):
+//   full[s]: the 16 rows of a stage landed (one arrival per row with its bytes, or zero-filled);
+//   empty[s]: the 8 output warps have read a stage (the score warps read it before they released
+//     the block's P, which the output warps waited for);
+//   pready[rg][slot] / pempty[rg][slot]: P and alpha of a row group written / read;
+//   mlfull[rg] / mlempty[rg]: an item's final (m, l) of a row group written / read.
+//
+// Grid: plan.num_ctas persistent CTAs; CTA c takes work items c, c + grid, ... of the schedule's
+// list. A schedule block (32 keys) is two of this kernel's blocks; a half with no key is masked
+// whole (at most one a split and one a tail).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/async.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/mma_rows.cuh"
+#include "cuda/common/verify_device.cuh"
+#include "cuda/common/verify_kernel_params.h"
+#include "cuda/dispatch.h"
+#include "cuda/warpspec/traits.h"
+
+// Deliberately broken builds for the test checks (docs/testing.md, "Kernel mutations"); 0 in
+// every normal build: 1 tail mask ignored, 2 the first key of every split after the first
+// dropped, 3 the LSE written in base 2 (common/mma_rows.cuh).
+#ifndef TREEMLA_KERNEL_MUTATION
+#define TREEMLA_KERNEL_MUTATION 0
+#endif
+
+namespace treemla::cuda::warpspec {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+template <class Tr>
+struct Smem {
+  unsigned char* ptr;
+  uint32_t base;
+  __device__ uint32_t stage(int s) const { return base + Tr::kOffStages + s * Tr::kStageBytes; }
+  // Partial scores of m16 tile mt of row group rg, parity par (written by the warp that does
+  // not own the tile).
+  __device__ float* x(int par, int rg, int mt) const {
+    return reinterpret_cast<float*>(ptr + Tr::kOffX + ((par * 2 + rg) * 2 + mt) * Tr::kXBytes);
+  }
+  __device__ uint32_t p(int par) const { return base + Tr::kOffP + par * Tr::kPBytes; }
+  __device__ uint32_t* p_ptr(int par) const {
+    return reinterpret_cast<uint32_t*>(ptr + Tr::kOffP + par * Tr::kPBytes);
+  }
+  __device__ float* alpha(int par) const {
+    return reinterpret_cast<float*>(ptr + Tr::kOffAlpha + par * kBlockM * 4);
+  }
+  __device__ float2* ml() const { return reinterpret_cast<float2*>(ptr + Tr::kOffML); }
+  __device__ uint32_t bar(int i) const { return base + Tr::kOffBars + 8 * i; }
+  __device__ uint32_t full(int s) const { return bar(s); }
+  __device__ uint32_t empty(int s) const { return bar(Tr::kStages + s); }
+  __device__ uint32_t pready(int rg, int par) const { return bar(2 * Tr::kStages + 2 * rg + par); }
+  __device__ uint32_t pempty(int rg, int par) const {
+    return bar(2 * Tr::kStages + 4 + 2 * rg + par);
+  }
+  __device__ uint32_t mlfull(int rg) const { return bar(2 * Tr::kStages + 8 + rg); }
+  __device__ uint32_t mlempty(int rg) const { return bar(2 * Tr::kStages + 10 + rg); }
+};
+
+// What both roles know of a work item: request, row tile, split, and its 16-key blocks (two a
+// 32-key schedule block: its prefix blocks, then the tail blocks some row of the tile can see).
+// tile_tail_bits is a warp collective: every warp calls item_at.
+struct Item {
+  int b, tile, split, rows, pb_begin, n_pb, n_blocks;
+  uint64_t tail_bits;
+};
+__device__ __forceinline__ Item item_at(const VerifyKernelParams& kp, int item, int lane) {
+  const ItemPos pos = locate_item(kp, item);
+  const RequestSched& rs = kp.sched[pos.b];
+  Item it;
+  it.b = pos.b;
+  it.tile = pos.tile;
+  it.split = pos.index;
+  it.rows = min(rs.q_len * kp.p.num_heads - pos.tile * kBlockM, kBlockM);
+  int pb_end;
+  split_range(rs, pos.index, it.pb_begin, pb_end);
+  it.n_pb = max(0, pb_end - it.pb_begin);
+  it.tail_bits = split_has_tail(kp, rs, pos.index) ? tile_tail_bits(kp, rs, pos.tile, lane) : 0;
+  it.n_blocks = 2 * (it.n_pb + __popcll(it.tail_bits));
+  return it;
+}
+// 16-key block h of an item: its 32-key schedule block and which half of it.
+__device__ __forceinline__ KeyBlock half_block(const VerifyKernelParams& kp, const Item& it,
+                                               int h) {
+  const RequestSched& rs = kp.sched[it.b];
+  KeyBlock d = key_block_at(h >> 1, it.pb_begin, it.n_pb, it.tail_bits, rs.prefix_len, rs.q_len);
+  return d;  // keys d.t0 + 16 (h & 1) ..
+}
+
+// ---------------------------------------------------------------------------------------------
+// Score warps.
+
+template <typename T, class Tr>
+__device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q4 = lane & 3, mat = lane >> 3;
+  const int rg = warp >> 1, kh = warp & 1;
+  const int H = kp.p.num_heads;
+  const float sc = kp.scale_log2;
+  // K fragments: keys (mat >> 1) * 8 + lane % 8, columns 288 kh + (mat & 1) * 8 (+ 16 ks).
+  const uint32_t k_off =
+      (((mat >> 1) * 8 + (lane & 7)) * Tr::kRowStride + 288 * kh + (mat & 1) * 8) * 2;
+  uint32_t blk = 0;  // 16-key blocks this CTA has run, across items (the ring's position)
+  uint32_t n_item = 0;
+  const int num_items = kp.hdr->num_items;
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
+    const Item it = item_at(kp, item, lane);
+    const RequestSched& rs = kp.sched[it.b];
+    const int64_t qrow0 = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM + 32 * rg;
+
+    // Q fragments of rows 32 rg + 16 mt + g (+ 8), columns 288 kh + 16 ks + 2 q4 (+ 8).
+    uint32_t qf[2][18][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int r = 32 * rg + 16 * mt + g;
+      const bool va = r < it.rows, vb = r + 8 < it.rows;
+      const T* q =
+          static_cast<const T*>(kp.p.q) + (qrow0 + 16 * mt + g) * kHeadDimQK + 288 * kh + q4 * 2;
+      const uint32_t* qa = reinterpret_cast<const uint32_t*>(q);
+      const uint32_t* qb = reinterpret_cast<const uint32_t*>(q + 8 * kHeadDimQK);
+#pragma unroll
+      for (int ks = 0; ks < 18; ++ks) {
+        qf[mt][ks][0] = va ? __ldg(qa + ks * 8) : 0u;
+        qf[mt][ks][1] = vb ? __ldg(qb + ks * 8) : 0u;
+        qf[mt][ks][2] = va ? __ldg(qa + ks * 8 + 4) : 0u;
+        qf[mt][ks][3] = vb ? __ldg(qb + ks * 8 + 4) : 0u;
+      }
+    }
+    // The rows this warp owns after the swap: 32 rg + 16 kh + g (+ 8).
+    const int r0 = 32 * rg + 16 * kh + g;
+    const bool v0 = r0 < it.rows, v1 = r0 + 8 < it.rows;
+    const int row0 = it.tile * kBlockM;
+    const int node0 = v0 ? (row0 + r0) / H : 0, node1 = v1 ? (row0 + r0 + 8) / H : 0;
+    const uint32_t* mrow0 = reinterpret_cast<const uint32_t*>(
+        kp.p.tree_mask + static_cast<int64_t>(rs.q_start + node0) * kp.p.mask_words);
+    const uint32_t* mrow1 = reinterpret_cast<const uint32_t*>(
+        kp.p.tree_mask + static_cast<int64_t>(rs.q_start + node1) * kp.p.mask_words);
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    for (int h = 0; h < it.n_blocks; ++h, ++blk) {
+      const int st = blk % Tr::kStages;
+      const int par = blk & 1;
+      mbar_wait_suspend(sm.full(st), (blk / Tr::kStages) & 1);
+      const uint32_t kaddr = sm.stage(st) + k_off;
+      // ---- partial S over this warp's 288 columns, both m16 tiles ----
+      float s[2][2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < 18; ++ks) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4(b0, b1, b2, b3, kaddr + ks * 32);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_16816<T>(s[mt][0], qf[mt][ks], b0, b1);
+          mma_16816<T>(s[mt][1], qf[mt][ks], b2, b3);
+        }
+      }
+      // ---- swap: send the partial of the tile the sibling owns, add the sibling's ----
+      float own[2][4], other[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          own[nt][i] = kh ? s[1][nt][i] : s[0][nt][i];
+          other[nt][i] = kh ? s[0][nt][i] : s[1][nt][i];
+        }
+      {
+        float* xo = sm.x(par, rg, 1 - kh);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = nt * 8 + q4 * 2;
+          *reinterpret_cast<float2*>(xo + g * Tr::kXStride + col) =
+              make_float2(other[nt][0], other[nt][1]);
+          *reinterpret_cast<float2*>(xo + (g + 8) * Tr::kXStride + col) =
+              make_float2(other[nt][2], other[nt][3]);
+        }
+      }
+      named_barrier(2 + rg, 64);  // the row group's two partials written
+      {
+        const float* xi = sm.x(par, rg, kh);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = nt * 8 + q4 * 2;
+          const float2 a = *reinterpret_cast<const float2*>(xi + g * Tr::kXStride + col);
+          const float2 c = *reinterpret_cast<const float2*>(xi + (g + 8) * Tr::kXStride + col);
+          own[nt][0] += a.x;
+          own[nt][1] += a.y;
+          own[nt][2] += c.x;
+          own[nt][3] += c.y;
+        }
+      }
+      // ---- mask: tail blocks and the last, partial prefix block ----
+      const KeyBlock d = half_block(kp, it, h);
+      const int hh = h & 1;
+#if TREEMLA_KERNEL_MUTATION == 1
+      const int mask_jb = -1;  // mutation: every node sees every tail row
+#else
+      const int mask_jb = d.jb;
+#endif
+      if (d.jb >= 0 || d.limit - d.t0 - 16 * hh < Tr::kBlockN)
+        mask_block<2>(own, d.limit - d.t0, mask_jb, mrow0, mrow1, v0, v1, 16 * hh, q4);
+#if TREEMLA_KERNEL_MUTATION == 2
+      if (h == 0 && d.jb < 0 && it.split > 0 && q4 == 0)  // mutation: the split's first key dropped
+        own[0][0] = own[0][2] = -INFINITY;
+#endif
+      // ---- online softmax of the 16 rows this warp owns ----
+      float alpha0, alpha1;
+      online_softmax_step<2>(own, sc, m0, m1, l0, l1, alpha0, alpha1);
+      // ---- P and alpha into slot par, once the output warps have read its previous use ----
+      mbar_wait_suspend(sm.pempty(rg, par), ((blk >> 1) & 1) ^ 1);
+      {
+        uint32_t* p = sm.p_ptr(par);
+        constexpr int kW = Tr::kPStride / 2;  // 32-bit words a P row
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          p[r0 * kW + nt * 4 + q4] = pack2<T>(own[nt][0], own[nt][1]);
+          p[(r0 + 8) * kW + nt * 4 + q4] = pack2<T>(own[nt][2], own[nt][3]);
+        }
+        if (q4 == 0) {
+          sm.alpha(par)[r0] = alpha0;
+          sm.alpha(par)[r0 + 8] = alpha1;
+        }
+      }
+      mbar_arrive(sm.pready(rg, par));
+    }
+    // ---- the item's (m, l) for the output warps ----
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    mbar_wait_suspend(sm.mlempty(rg), (n_item & 1) ^ 1);
+    if (q4 == 0) {
+      sm.ml()[r0] = make_float2(m0, l0);
+      sm.ml()[r0 + 8] = make_float2(m1, l1);
+    }
+    mbar_arrive(sm.mlfull(rg));
+  }
+}
+
+// Row r of 16-key block h of an item: its logical row, and the row where the block's keys end.
+__device__ __forceinline__ int block_row(const VerifyKernelParams& kp, const Item& it, int h, int r,
+                                         int& limit) {
+  const KeyBlock d = half_block(kp, it, h);
+  limit = d.limit;
+  return d.t0 + 16 * (h & 1) + r;
+}
+// The page-table entry of row r of block h (-1 past the keys or past the page-table row; the copy
+// then zero-fills, and records the latter).
+__device__ __forceinline__ int row_page(const VerifyKernelParams& kp, const Item& it, int h,
+                                        int r) {
+  int limit;
+  const int t = block_row(kp, it, h, r, limit);
+  const int entry = t >> kp.page_shift;
+  if (t >= limit || entry >= kp.p.page_table_stride) return -1;
+  return __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry);
+}
+
+// One lane copies row r of block h (global block number blk) into its stage with one bulk copy
+// of the row's 1,152 bytes, counted on full[stage] (one arrival per row, with the row's bytes);
+// a row that is not a key, or whose page index is bad (recorded), is zero-filled instead. The
+// caller has waited until every output warp has read the stage's previous block.
+template <typename T, class Tr>
+__device__ __forceinline__ void copy_row(const VerifyKernelParams& kp, const Smem<Tr>& sm,
+                                         const Item& it, int h, uint32_t blk, int r, int page) {
+  int limit;
+  const int t = block_row(kp, it, h, r, limit);
+  const int st = blk % Tr::kStages;
+  const uint32_t dst = sm.stage(st) + r * Tr::kRowStride * 2;
+  bool copy = false;
+  if (t < limit) {
+    if ((t >> kp.page_shift) >= kp.p.page_table_stride)
+      record_status(kp.hdr, kStatusStride, it.b, t, kp.p.page_table_stride);  // row not mapped
+    else if (page >= 0 && page < kp.p.num_pages)
+      copy = true;
+    else
+      record_status(kp.hdr, kStatusPage, it.b, page, t);  // zero-filled instead of read
+  }
+  if (copy) {
+    const T* src =
+        static_cast<const T*>(kp.p.kv_cache) +
+        (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
+    mbar_arrive_expect_tx(sm.full(st), kHeadDimQK * 2);
+    bulk_copy_g2s(dst, src, kHeadDimQK * 2, sm.full(st));
+  } else {
+    for (int i = 0; i < kHeadDimQK * 2 / 16; ++i)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst + 16 * i), "r"(0)
+                   : "memory");
+    fence_proxy_async_smem();  // before a later bulk copy into the same bytes
+    mbar_arrive(sm.full(st));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output warps.
+template <typename T, class Tr>
+__device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
+  const int lane = threadIdx.x & 31, ow = (threadIdx.x >> 5) - Tr::kScoreWarps;
+  const int g = lane >> 2, q4 = lane & 3, mat = lane >> 3;
+  const int rg = ow >> 2, cq = ow & 3;
+  const int H = kp.p.num_heads;
+  // V fragments (ldmatrix.trans): keys (mat & 1) * 8 + lane % 8, columns 128 cq + (mat >> 1) * 8.
+  const uint32_t v_off =
+      (((mat & 1) * 8 + (lane & 7)) * Tr::kRowStride + 128 * cq + (mat >> 1) * 8) * 2;
+  // P fragments (ldmatrix): rows 32 rg + 16 mt + lane % 16, keys (lane / 16) * 8.
+  const uint32_t p_off = ((32 * rg + (lane & 15)) * Tr::kPStride + (lane >> 4) * 8) * 2;
+  constexpr int kPTile = 16 * Tr::kPStride * 2;  // bytes of 16 P rows
+
+  float o[2][16][4];
+  uint32_t blk = 0;
+  uint32_t n_item = 0;
+  const int num_items = kp.hdr->num_items;
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
+    const Item it = item_at(kp, item, lane);
+    const int n_blocks = it.n_blocks;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int i = 0; i < 16; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+
+    // Lanes 0 and 1 of output warp ow copy rows 2 ow + lane of every block, kStages - 1 blocks
+    // ahead; a lane loads its row's page-table entry one block before it issues the copy.
+    const int crow = 2 * ow + lane;
+    int next_page = -1;
+    for (int h = 0; h < Tr::kStages - 1 && h < n_blocks; ++h) {
+      const uint32_t b = blk + h;
+      mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
+      if (lane < 2) copy_row<T, Tr>(kp, sm, it, h, b, crow, row_page(kp, it, h, crow));
+    }
+    if (lane < 2 && Tr::kStages - 1 < n_blocks) next_page = row_page(kp, it, Tr::kStages - 1, crow);
+
+    for (int h = 0; h < n_blocks; ++h, ++blk) {
+      const int st = blk % Tr::kStages;
+      const int par = blk & 1;
+      // Block h + kStages - 1 goes into the stage of block h - 1, once every output warp has
+      // read that (the score warps read it before they released block h - 1's P).
+      if (h + Tr::kStages - 1 < n_blocks) {
+        const uint32_t b = blk + Tr::kStages - 1;
+        mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
+        if (lane < 2) {
+          copy_row<T, Tr>(kp, sm, it, h + Tr::kStages - 1, b, crow, next_page);
+          if (h + Tr::kStages < n_blocks) next_page = row_page(kp, it, h + Tr::kStages, crow);
+        }
+      }
+      mbar_wait_suspend(sm.pready(rg, par), (blk >> 1) & 1);
+      mbar_wait(sm.full(st), (blk / Tr::kStages) & 1);  // complete already; makes V visible here
+      // ---- O *= alpha (skipped while no row maximum of the warp moved) ----
+      {
+        const float* al = sm.alpha(par) + 32 * rg + g;
+        const float a00 = al[0], a01 = al[8], a10 = al[16], a11 = al[24];
+        if (__any_sync(0xffffffffu, a00 != 1.f || a01 != 1.f || a10 != 1.f || a11 != 1.f)) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            o[0][i][0] *= a00;
+            o[0][i][1] *= a00;
+            o[0][i][2] *= a01;
+            o[0][i][3] *= a01;
+            o[1][i][0] *= a10;
+            o[1][i][1] *= a10;
+            o[1][i][2] *= a11;
+            o[1][i][3] *= a11;
+          }
+        }
+      }
+      uint32_t pa[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], sm.p(par) + p_off + mt * kPTile);
+      mbar_arrive(sm.pempty(rg, par));  // P and alpha of this slot read (into registers)
+      // ---- O[:, 128 cq ..) += P V, the next V fragments loading while these multiply ----
+      const uint32_t vaddr = sm.stage(st) + v_off;
+      uint32_t vb[2][4];
+      ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[0][2], vb[0][3], vaddr);
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        if (np + 1 < 8)
+          ldmatrix_x4_trans(vb[(np + 1) & 1][0], vb[(np + 1) & 1][1], vb[(np + 1) & 1][2],
+                            vb[(np + 1) & 1][3], vaddr + (np + 1) * 32);
+        const uint32_t* b = vb[np & 1];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_16816<T>(o[mt][2 * np], pa[mt], b[0], b[1]);
+          mma_16816<T>(o[mt][2 * np + 1], pa[mt], b[2], b[3]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.empty(st));  // this warp is done with the stage
+    }
+
+    // ---- epilogue: rows 32 rg + 16 mt + g (+ 8), columns [128 cq, +128) ----
+    const RequestSched& rs = kp.sched[it.b];
+    mbar_wait_suspend(sm.mlfull(rg), n_item & 1);
+    float2 ml[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      ml[mt][0] = sm.ml()[32 * rg + 16 * mt + g];
+      ml[mt][1] = sm.ml()[32 * rg + 16 * mt + g + 8];
+    }
+    mbar_arrive(sm.mlempty(rg));
+    const int64_t grow = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int rl = 32 * rg + 16 * mt + g;
+      const TileRows tr{rl, grow + rl, rl < it.rows, rl + 8 < it.rows, cq == 0 && q4 == 0};
+      write_tile_rows<T, 16>(kp, rs, it.split, it.tile, o[mt], ml[mt][0].x, ml[mt][1].x,
+                             ml[mt][0].y, ml[mt][1].y, tr, 128 * cq, q4);
+    }
+  }
+}
+
+#endif  // __CUDA_ARCH__ >= 900
+
+template <typename T, class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    warpspec_main_kernel(const __grid_constant__ VerifyKernelParams kp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (config_fits_arch<Tr::kSmemBytes>()) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const Smem<Tr> sm{smem, smem_u32(smem)};
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < Tr::kStages; ++s) {
+        mbar_init(sm.full(s), Tr::kBlockN);     // one arrival per row, plus its bytes
+        mbar_init(sm.empty(s), Tr::kOutWarps);  // one lane of each output warp, after reading
+      }
+      for (int rg = 0; rg < 2; ++rg) {
+        for (int par = 0; par < 2; ++par) {
+          mbar_init(sm.pready(rg, par), 64);   // the row group's two score warps
+          mbar_init(sm.pempty(rg, par), 128);  // the row group's four output warps
+        }
+        mbar_init(sm.mlfull(rg), 64);
+        mbar_init(sm.mlempty(rg), 128);
+      }
+    }
+    __syncthreads();
+    pdl_wait();  // the schedule (or the previous layer's combine) has completed
+    pdl_launch_dependents();
+    if (threadIdx.x < Tr::kScoreWarps * 32) {
+      warpgroup_reg_alloc<Tr::kScoreRegs>();
+      score_role<T, Tr>(kp, sm);
+    } else {
+      warpgroup_reg_dealloc<Tr::kOutRegs>();
+      out_role<T, Tr>(kp, sm);
+    }
+  } else {
+    __trap();  // this configuration does not fit this architecture's shared memory
+  }
+#else
+  __trap();  // the warpspec family needs sm_90 or newer
+#endif
+}
+
+}  // namespace treemla::cuda::warpspec
+
+namespace treemla::cuda {
+
+template <class Tr>
+KernelEntry make_warpspec_entry() {
+  using T = typename Tr::Element;
+  return {reinterpret_cast<const void*>(&warpspec::warpspec_main_kernel<T, Tr>),
+          Tr::kThreads,
+          Tr::kSmemBytes,
+          1,
+          0,
+          kMinCcClusters};
+}
+
+}  // namespace treemla::cuda
