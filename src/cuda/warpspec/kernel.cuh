@@ -26,8 +26,8 @@
 //     stage). At the end of an item it writes O / l and the LSE (or the split's partial).
 // Handoffs (mbarriers; parities from a per-CTA count of blocks, so the ring runs across items):
 //   full[s]: the 16 rows of a stage landed (one arrival per row with its bytes, or zero-filled);
-//   empty[s]: the 8 output warps have read a stage (the score warps read it before they released
-//     the block's P, which the output warps waited for);
+//   empty[s]: the 256 output threads have read a stage (the score warps read it before they
+//     released the block's P, which the output warps waited for);
 //   pready[rg][slot] / pempty[rg][slot]: P and alpha of a row group written / read;
 //   mlfull[rg] / mlempty[rg]: an item's final (m, l) of a row group written / read.
 //
@@ -417,8 +417,7 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
           mma_16816<T>(o[mt][2 * np + 1], pa[mt], b[2], b[3]);
         }
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(sm.empty(st));  // this warp is done with the stage
+      mbar_arrive(sm.empty(st));  // this thread is done with the stage
     }
 
     // ---- epilogue: rows 32 rg + 16 mt + g (+ 8), columns [128 cq, +128) ----
@@ -454,7 +453,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (threadIdx.x == 0) {
       for (int s = 0; s < Tr::kStages; ++s) {
         mbar_init(sm.full(s), Tr::kBlockN);     // one arrival per row, plus its bytes
-        mbar_init(sm.empty(s), Tr::kOutWarps);  // one lane of each output warp, after reading
+        mbar_init(sm.empty(s), Tr::kOutThreads);  // every output thread, after reading
       }
       for (int rg = 0; rg < 2; ++rg) {
         for (int par = 0; par < 2; ++par) {
