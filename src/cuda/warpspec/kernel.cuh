@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const Smem<Tr> sm{smem, smem_u32(smem)};
     if (threadIdx.x == 0) {
       for (int s = 0; s < Tr::kStages; ++s) {
-        mbar_init(sm.full(s), Tr::kBlockN);     // one arrival per row, plus its bytes
+        mbar_init(sm.full(s), Tr::kBlockN);       // one arrival per row, plus its bytes
         mbar_init(sm.empty(s), Tr::kOutThreads);  // every output thread, after reading
       }
       for (int rg = 0; rg < 2; ++rg) {

@@ -52,6 +52,7 @@ struct WarpSpecTraits {
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8;
 
   static_assert(kBlockM == 64, "two row groups of 32 rows");
+  static_assert(2 * kOutWarps == kBlockN, "lanes 0 and 1 of each output warp copy a block's rows");
   static_assert(sizeof(T) == 2, "16-bit elements");
   static_assert(kScoreRegs % 8 == 0 && kOutRegs % 8 == 0, "setmaxnreg takes multiples of 8");
   static_assert(kScoreRegs + 2 * kOutRegs <= 3 * kLaunchRegs,
