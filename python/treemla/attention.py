@@ -25,8 +25,8 @@ _PARTS = {"all": 0, "prefix": 1, "tail": 2}
 _TILES = {"auto": 0, "smem99k": 1, "smem-large": 2, "smem_large": 2}
 # Kernel families (docs/verify-kernel.md): "cpasync" (sm_80 and newer), "cluster" (sm_90 and
 # newer), "sm90a" (sm_90 with sm_90a code in the build), "decode" (sm_80 and newer, plans with
-# max_q_len * num_heads <= 16) and "warpspec" (sm_90 and newer, smem99k only). The operators carry tile + 16 * family + 256 * max_q_len as one
-# integer.
+# max_q_len * num_heads <= 16) and "warpspec" (sm_90 and newer, smem99k only). The operators
+# carry tile + 16 * family + 256 * max_q_len as one integer.
 _FAMILIES = {"auto": 0, "cpasync": 1, "cluster": 2, "sm90a": 3, "decode": 4, "warpspec": 5}
 
 
@@ -60,7 +60,7 @@ class VerifyPlan:
     compute_capability: int
     num_ctas: int
     workspace_bytes: int
-    family: str = "cpasync"  # resolved kernel family: "cpasync", "cluster", "sm90a", "decode", "warpspec"
+    family: str = "cpasync"  # resolved kernel family (a key of _FAMILIES other than "auto")
     max_q_len: int = 0       # bound on one request's tree nodes (0: none below MAX_TREE_NODES)
 
     def new_workspace(self) -> torch.Tensor:

@@ -99,9 +99,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 }
 
 // As mbar_wait, but each try_wait may suspend the thread for up to `ns` nanoseconds (it resumes
-// as soon as the phase completes): a waiting warp then takes no issue slots from the warps it
-// shares a scheduler with. Without the hint the wait returned after tens of nanoseconds on the
-// H200 and its retry loop issued ~95 times per wait (docs/verify-kernel.md, the warpspec family).
+// as soon as the phase completes), so that a waiting warp leaves the issue slots to the warps it
+// shares a scheduler with. In a profile of the warpspec family without the hint, a waiting warp
+// retried ~95 times per wait; with it the kernel measured the same (776 against 778 us,
+// bench/results/2026-12-01_h200_warpspec-notes.md).
 __device__ __forceinline__ void mbar_wait_suspend(uint32_t bar, uint32_t parity,
                                                   uint32_t ns = 1000000) {
   uint32_t ok = 0;
