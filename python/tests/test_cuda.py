@@ -59,7 +59,7 @@ def test_verify_cuda_parts_merge():
 
 
 @needs_kernels
-@pytest.mark.parametrize("family", ["cpasync", "cluster", "sm90a"])
+@pytest.mark.parametrize("family", ["cpasync", "cluster", "sm90a", "warpspec"])
 @pytest.mark.parametrize("tile", ["smem99k", "smem-large"])
 def test_verify_cuda_each_tile_configuration(tile, family):
     # smem99k is the configuration sm_120 runs (99 KB per block); it runs on every GPU.
@@ -67,8 +67,12 @@ def test_verify_cuda_each_tile_configuration(tile, family):
     optin = props.shared_memory_per_block_optin
     if tile == "smem-large" and optin <= 101376:
         pytest.skip(f"this GPU allows {optin} B of shared memory per block: smem99k only")
-    if family == "cluster" and props.major < 9:
-        pytest.skip(f"the cluster family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
+    if family in ("cluster", "warpspec") and props.major < 9:
+        pytest.skip(f"the {family} family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
+    if family == "warpspec" and tile == "smem-large":
+        with pytest.raises(RuntimeError, match="only the smem99k"):
+            treemla.plan_verify(4, 300, 16, device="cuda", tile=tile, family=family)
+        return
     if family == "sm90a":
         if (props.major, props.minor) != (9, 0):
             pytest.skip(f"the sm90a family needs compute capability 9.0, this GPU has {props.major}.{props.minor}")
