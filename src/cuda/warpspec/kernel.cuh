@@ -113,9 +113,8 @@ __device__ __forceinline__ Item item_at(const VerifyKernelParams& kp, int item, 
 // 16-key block h of an item: its 32-key schedule block and which half of it.
 __device__ __forceinline__ KeyBlock half_block(const VerifyKernelParams& kp, const Item& it,
                                                int h) {
-  const RequestSched& rs = kp.sched[it.b];
-  KeyBlock d = key_block_at(h >> 1, it.pb_begin, it.n_pb, it.tail_bits, rs.prefix_len, rs.q_len);
-  return d;  // keys d.t0 + 16 (h & 1) ..
+  const RequestSched& rs = kp.sched[it.b];  // the block's keys start at t0 + 16 (h & 1)
+  return key_block_at(h >> 1, it.pb_begin, it.n_pb, it.tail_bits, rs.prefix_len, rs.q_len);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -467,7 +466,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     __syncthreads();
     pdl_wait();  // the schedule (or the previous layer's combine) has completed
     pdl_launch_dependents();
-    if (threadIdx.x < Tr::kScoreWarps * 32) {
+    if (threadIdx.x < Tr::kScoreThreads) {
       warpgroup_reg_alloc<Tr::kScoreRegs>();
       score_role<T, Tr>(kp, sm);
     } else {
