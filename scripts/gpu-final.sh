@@ -8,7 +8,8 @@
 #             the decode family on its own tests)
 #   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
 #             page-size-1 and tail cases (bench.json / bench.txt)
-#   variants  the sm90a rows of each .gpu/treemla-<name> (experiments)
+#   variants  each .gpu/treemla-<name> (experiments): the rows of the families in $VAR_FAMILIES
+#             (sm90a), tiles $VAR_TILES (smem-large), at $VAR_CASES (the bench step's cases)
 #   mutations:F  .gpu/treemla_gpu_tests_mut{1,2,3} (scripts/build-mutations.sh, family F) and the
 #             unmutated tests on F's mutation-sensitive tests (mutations-F.log)
 #   env:V=X   the sm90a rows of .gpu/treemla with environment variable V set to X (for builds
@@ -73,9 +74,10 @@ for step in $STEPS; do
       for v in $G/treemla-*; do
         [ -e "$v" ] || continue
         n=${v##*/treemla-}
-        timeout 100 $v bench --cases "$PEERS;$EXTRA" --families sm90a --tiles smem-large --reps 10 \
-          --commit "$C-$n" > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
-        grep -E "^sm90a " $OUT/bench-variant-$n.txt | cut -c1-100
+        timeout 100 $v bench --cases "${VAR_CASES:-$PEERS;$EXTRA}" --families "${VAR_FAMILIES:-sm90a}" \
+          --tiles "${VAR_TILES:-smem-large}" --reps 10 --commit "$C-$n" \
+          > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
+        grep -E "^(sm90a|cpasync|cluster|decode|warpspec|#) " $OUT/bench-variant-$n.txt | cut -c1-112
       done ;;
     env:*)
       kv=${step#env:}

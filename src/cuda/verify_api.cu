@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 
 #include "cuda/arch.h"
 #include "cuda/common/verify_kernel_params.h"
@@ -68,6 +69,11 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     return e ? std::atoi(e) : 0;
   }();
   kp.wait_mode = wait_mode;
+  static const int decode_cpasync = [] {
+    const char* e = std::getenv("TREEMLA_DECODE_COPY");
+    return e != nullptr && std::string(e) == "cpasync" ? 1 : 0;
+  }();
+  kp.decode_cpasync = decode_cpasync;
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);

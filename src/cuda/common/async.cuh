@@ -1,7 +1,8 @@
-// mbarrier and cluster primitives of sm_90 and newer (sm_120 included): mbarrier waits and
-// arrivals (local, counted cp.async completions, and on a peer CTA of the cluster), st.async
-// stores into a peer CTA's shared memory, cluster barriers, and setmaxnreg. Only kernels guarded
-// for __CUDA_ARCH__ >= 900 call these.
+// mbarrier and cluster primitives. sm_80 and newer: mbarrier initialisation, arrivals, waits and
+// counted cp.async completions (the decode family's ring). sm_90 and newer (sm_120 included):
+// arrivals with transaction bytes and on a peer CTA of the cluster, try_wait with a suspend hint,
+// bulk copies, st.async stores into a peer CTA's shared memory, cluster barriers; and setmaxnreg
+// where it exists. Only kernels guarded for the matching __CUDA_ARCH__ call them.
 //
 // Two things measured on the H200 and sm_120a builds shape what is here (docs/verify-kernel.md):
 // waits and arrivals are CTA-scoped or relaxed (cluster-scoped acquire / release compile to an
@@ -12,6 +13,43 @@
 #include <cstdint>
 
 namespace treemla::cuda {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// One arrival (release at CTA scope: the default semantics of mbarrier.arrive); sm_90 and newer
+// can arrive `count` times at once.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar, uint32_t count = 1) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count)
+               : "memory");
+#else
+  (void)count;  // always 1 here
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+#endif
+}
+
+__device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+      "p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
+// The barrier counts one arrival of the executing thread once all its earlier cp.async copies
+// have landed (the arrival is part of the barrier's expected count: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+#endif  // __CUDA_ARCH__ >= 800
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
@@ -33,18 +71,11 @@ __device__ __forceinline__ void cluster_sync() {
                    : "memory");
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
 // Makes barrier initialisation visible to the cluster (before the first cluster_sync).
 __device__ __forceinline__ void fence_mbar_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void mbar_arrive(uint32_t bar, uint32_t count = 1) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count)
-               : "memory");
-}
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
                "r"(bytes)
@@ -69,32 +100,9 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-__device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, "
-      "0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
 // Spin on test_wait (no suspension) until the phase with the given parity has completed.
 __device__ __forceinline__ void mbar_spin(uint32_t bar, uint32_t parity) {
   while (!mbar_test_wait(bar, parity)) {
-  }
-}
-
-// Wait until the phase with the given parity has completed. With TREEMLA_WAIT_LIMIT defined (a
-// debugging build), a wait that spins that many times traps instead of hanging.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#ifdef TREEMLA_WAIT_LIMIT
-  long long n = 0;
-#endif
-  while (!mbar_try_wait(bar, parity)) {
-#ifdef TREEMLA_WAIT_LIMIT
-    if (++n > TREEMLA_WAIT_LIMIT) __trap();
-#endif
   }
 }
 
@@ -133,12 +141,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The barrier counts one arrival of the executing thread once all its earlier cp.async copies
-// have landed (the arrival is part of the barrier's expected count: .noinc).
-__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 // 16-byte store into another CTA's shared memory (remote_dst, remote_bar from map_to_rank),
 // counted on that CTA's barrier as 16 transaction bytes.
 __device__ __forceinline__ void st_async_v4(uint32_t remote_dst, float4 v, uint32_t remote_bar) {
@@ -151,6 +153,26 @@ __device__ __forceinline__ void st_async_v4(uint32_t remote_dst, float4 v, uint3
 }
 
 #endif  // __CUDA_ARCH__ >= 900
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Wait until the phase with the given parity has completed (try_wait on sm_90 and newer, a
+// test_wait spin before). With TREEMLA_WAIT_LIMIT defined (a debugging build), a wait that
+// spins that many times traps instead of hanging.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#ifdef TREEMLA_WAIT_LIMIT
+  long long n = 0;
+#endif
+#if __CUDA_ARCH__ >= 900
+  while (!mbar_try_wait(bar, parity)) {
+#else
+  while (!mbar_test_wait(bar, parity)) {
+#endif
+#ifdef TREEMLA_WAIT_LIMIT
+    if (++n > TREEMLA_WAIT_LIMIT) __trap();
+#endif
+  }
+}
+#endif  // __CUDA_ARCH__ >= 800
 
 // setmaxnreg (a warpgroup changes its per-thread register count) exists on the
 // architecture-specific targets sm_90a, sm_100a and sm_120a; elsewhere it is a no-op and every

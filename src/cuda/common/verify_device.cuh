@@ -144,4 +144,36 @@ __device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
   return t;
 }
 
+// What every warp of a CTA knows of a work item in the families that run 16-key blocks (half a
+// 32-key schedule block: the decode and warpspec families): request, row tile, split, the tile's
+// rows (at most max_rows), the split's prefix blocks, the tail blocks some row of the tile can see
+// and the item's 16-key blocks (two a schedule block). A warp collective (tile_tail_bits).
+struct HalfItem {
+  int b, tile, split, rows, pb_begin, n_pb, n_blocks;
+  uint64_t tail_bits;
+};
+__device__ __forceinline__ HalfItem half_item_at(const VerifyKernelParams& kp, int item, int lane,
+                                                 int max_rows) {
+  const ItemPos pos = locate_item(kp, item);
+  const RequestSched& rs = kp.sched[pos.b];
+  HalfItem it;
+  it.b = pos.b;
+  it.tile = pos.tile;
+  it.split = pos.index;
+  it.rows = min(rs.q_len * kp.p.num_heads - pos.tile * kBlockM, max_rows);
+  int pb_end;
+  split_range(rs, pos.index, it.pb_begin, pb_end);
+  it.n_pb = max(0, pb_end - it.pb_begin);
+  it.tail_bits = split_has_tail(kp, rs, pos.index) ? tile_tail_bits(kp, rs, pos.tile, lane) : 0;
+  it.n_blocks = 2 * (it.n_pb + __popcll(it.tail_bits));
+  return it;
+}
+// 16-key block h of an item: its 32-key schedule block (the block's keys start at
+// t0 + 16 (h & 1)).
+__device__ __forceinline__ KeyBlock half_block(const VerifyKernelParams& kp, const HalfItem& it,
+                                               int h) {
+  const RequestSched& rs = kp.sched[it.b];
+  return key_block_at(h >> 1, it.pb_begin, it.n_pb, it.tail_bits, rs.prefix_len, rs.q_len);
+}
+
 }  // namespace treemla::cuda

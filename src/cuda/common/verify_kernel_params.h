@@ -54,6 +54,10 @@ struct VerifyKernelParams {
   // peer exchange waits); timing ablations that give WRONG results: 8 skips the peer exchange,
   // 32 the P V products, 64 the Q K^T products.
   int wait_mode;
+  // The decode family's copies (verify_api.cu; TREEMLA_DECODE_COPY, a measurement and test
+  // switch): 0 bulk copies where the device has them (sm_90 and newer), 1 cp.async everywhere
+  // (the path of sm_80 .. sm_89).
+  int decode_cpasync;
   // workspace views
   WorkspaceHeader* hdr;
   int* item_base;       // [batch + 1]
