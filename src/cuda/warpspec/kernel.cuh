@@ -79,6 +79,8 @@ struct Smem {
   __device__ float2* ml() const { return reinterpret_cast<float2*>(ptr + Tr::kOffML); }
   // Score thread i's words: walk() + w * kScoreThreads + i.
   __device__ int* walk() const { return reinterpret_cast<int*>(ptr + Tr::kOffWalk); }
+  // Output thread i's fragment offsets.
+  __device__ uint32_t* frag() const { return reinterpret_cast<uint32_t*>(ptr + Tr::kOffFrag); }
   // Copy lane i's (row i's) words.
   __device__ int* copy(int i) const {
     return reinterpret_cast<int*>(ptr + Tr::kOffCopy) + i * Tr::kCopyWords;
@@ -431,6 +433,14 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   // P fragments (ldmatrix): rows 32 rg + 16 mt + lane % 16, keys (lane / 16) * 8.
   const uint32_t p_off = ((32 * rg + (lane & 15)) * Tr::kPStride + (lane >> 4) * 8) * 2;
   constexpr int kPTile = 16 * Tr::kPStride * 2;  // bytes of 16 P rows
+  // The block loop reads both offsets back from shared memory (v_off | p_off << 16) rather than
+  // keep them in registers, which it does not have (ptxas rederives them from the thread index
+  // otherwise, ~15 instructions a block).
+  static_assert(
+      ((15 * Tr::kRowStride + 128 * 3 + 8) * 2) < 65536 && ((63 * Tr::kPStride + 8) * 2) < 65536,
+      "fragment offsets packed in 16 bits each");
+  uint32_t* const frag_slot = sm.frag() + (threadIdx.x - Tr::kScoreThreads);
+  *frag_slot = v_off | (p_off << 16);
 
   float o[2][16][4];
   uint32_t blk = 0;
@@ -500,13 +510,15 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
           }
         }
       }
+      const uint32_t frag_off = *frag_slot;
       uint32_t pa[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], sm.p(par) + p_off + mt * kPTile);
+        ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3],
+                    sm.p(par) + (frag_off >> 16) + mt * kPTile);
       mbar_arrive(sm.pempty(rg, par));  // P and alpha of this slot read (into registers)
       // ---- O[:, 128 cq ..) += P V, the next V fragments loading while these multiply ----
-      const uint32_t vaddr = sm.stage(st) + v_off;
+      const uint32_t vaddr = sm.stage(st) + (frag_off & 0xffffu);
       uint32_t vb[2][4];
       ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[0][2], vb[0][3], vaddr);
 #pragma unroll

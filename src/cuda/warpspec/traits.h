@@ -27,9 +27,9 @@ struct WarpSpecTraits {
   // 12 warps start at 168 registers (65,536 / 384, rounded down to 8); where setmaxnreg exists
   // (sm_90a, sm_100a, sm_120a) the output warpgroups give 16 each to the score warpgroup:
   // Q (144) + S (16) + fragments and addresses; O (128) + P (8) + V fragments, copies and
-  // addresses. ptxas (sm_90a): no spill in the score warps; one spill load in the output warps'
-  // block loop, the rest are outside it (the loops keep their rare-path state in shared memory,
-  // kOffWalk / kOffCopy).
+  // addresses. ptxas (sm_90a): no spill in the score warps, none in the output warps' block
+  // loop (the loops keep their rare-path state and the output warps' fragment offsets in shared
+  // memory: kOffWalk, kOffCopy, kOffFrag); the output warps' spills are outside it.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kScoreRegs = 200;
   static constexpr int kOutRegs = 152;
@@ -54,7 +54,9 @@ struct WarpSpecTraits {
   static constexpr int kCopyWords = 12;
   static constexpr int kOffWalk = kOffML + kBlockM * 8;
   static constexpr int kOffCopy = kOffWalk + kWalkWords * kScoreThreads * 4;
-  static constexpr int kOffBars = kOffCopy + kOutWarps * 2 * kCopyWords * 4;
+  // [kOutThreads] words: an output thread's V and P fragment offsets (kernel.cuh, out_role).
+  static constexpr int kOffFrag = kOffCopy + kOutWarps * 2 * kCopyWords * 4;
+  static constexpr int kOffBars = kOffFrag + kOutThreads * 4;
   // full[kStages], empty[kStages], pready[2 rg][2], pempty[2 rg][2], mlfull[2 rg], mlempty[2 rg]
   static constexpr int kNumBars = 2 * kStages + 12;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8;
