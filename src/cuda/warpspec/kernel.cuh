@@ -77,6 +77,14 @@ struct Smem {
     return reinterpret_cast<float*>(ptr + Tr::kOffAlpha + par * kBlockM * 4);
   }
   __device__ float2* ml() const { return reinterpret_cast<float2*>(ptr + Tr::kOffML); }
+  // Score thread i's words: walk() + w * kScoreThreads + i.
+  __device__ int* walk() const { return reinterpret_cast<int*>(ptr + Tr::kOffWalk); }
+  // Output thread i's fragment offsets.
+  __device__ uint32_t* frag() const { return reinterpret_cast<uint32_t*>(ptr + Tr::kOffFrag); }
+  // Copy lane i's (row i's) words.
+  __device__ int* copy(int i) const {
+    return reinterpret_cast<int*>(ptr + Tr::kOffCopy) + i * Tr::kCopyWords;
+  }
   __device__ uint32_t bar(int i) const { return base + Tr::kOffBars + 8 * i; }
   __device__ uint32_t full(int s) const { return bar(s); }
   __device__ uint32_t empty(int s) const { return bar(Tr::kStages + s); }
@@ -110,12 +118,71 @@ __device__ __forceinline__ Item item_at(const VerifyKernelParams& kp, int item, 
   it.n_blocks = 2 * (it.n_pb + __popcll(it.tail_bits));
   return it;
 }
-// 16-key block h of an item: its 32-key schedule block and which half of it.
-__device__ __forceinline__ KeyBlock half_block(const VerifyKernelParams& kp, const Item& it,
-                                               int h) {
-  const RequestSched& rs = kp.sched[it.b];  // the block's keys start at t0 + 16 (h & 1)
-  return key_block_at(h >> 1, it.pb_begin, it.n_pb, it.tail_bits, rs.prefix_len, rs.q_len);
-}
+// The 16-key blocks of an item, without a search per block. Blocks are numbered by the CTA's
+// block count pos (the ring position), which is even at the start of every item (items have an
+// even number of blocks): block pos < tail_pos is half pos % 2 of a prefix block of the split,
+// keys from fbase + 16 pos on, ending at prefix_len; the later ones are the halves of the tail's
+// 32-key blocks (the set bits of tail_bits, lowest first), ending at tail_limit. at(pos) gives
+// the block key_block_at(h / 2, ...) gives for h = pos - pos0; it is called for the item's tail
+// blocks in order (each tail block's second half drops it from rem).
+struct BlockWalk {
+  static constexpr int kSchedN = 32;  // keys a schedule block
+  uint32_t fbase;  // (unsigned: pos may be large; the differences are what count)
+  uint32_t tail_pos;
+  int prefix_len, tail_limit;
+  uint64_t rem;  // tail blocks not yet finished
+  __device__ __forceinline__ BlockWalk() {}
+  __device__ __forceinline__ BlockWalk(const RequestSched& rs, const Item& it, uint32_t pos0) {
+    fbase = static_cast<uint32_t>(kSchedN * it.pb_begin) - 16u * pos0;
+    tail_pos = pos0 + 2 * it.n_pb;
+    prefix_len = rs.prefix_len;
+    tail_limit = rs.prefix_len + rs.q_len;
+    rem = it.tail_bits;
+  }
+  // Block pos: its first key row (t0 + 16 (h & 1) in key_block_at's terms), the row where its
+  // keys end, and its tail block index (-1: a prefix block).
+  __device__ __forceinline__ void at(uint32_t pos, int& first, int& limit, int& jb) {
+    if (static_cast<int>(pos - tail_pos) < 0) {
+      first = static_cast<int>(fbase + 16u * pos);
+      limit = prefix_len;
+      jb = -1;
+    } else {
+      jb = __ffsll(static_cast<long long>(rem)) - 1;
+      first = prefix_len + kSchedN * jb + 16 * static_cast<int>(pos & 1);
+      limit = tail_limit;
+      if (pos & 1) rem &= rem - 1;
+    }
+  }
+  // The first block at or after pos0 that needs a mask (blocks before it are whole prefix
+  // blocks: limit - first >= 16): the last prefix blocks once fewer than 16 keys are left, and
+  // every tail block.
+  __device__ __forceinline__ uint32_t first_masked(uint32_t pos0) const {
+    const int left = prefix_len - static_cast<int>(fbase + 16u * pos0);  // prefix keys from pos0
+    return pos0 + min(static_cast<uint32_t>(max(left, 0) / 16), tail_pos - pos0);
+  }
+  // As words in shared memory (the block loops keep it out of their registers): word w of slot i
+  // at p[w * stride + i].
+  __device__ __forceinline__ void store(int* p, int stride) const {
+    p[0] = static_cast<int>(fbase);
+    p[stride] = static_cast<int>(tail_pos);
+    p[2 * stride] = prefix_len;
+    p[3 * stride] = tail_limit;
+    p[4 * stride] = static_cast<int>(static_cast<uint32_t>(rem));
+    p[5 * stride] = static_cast<int>(static_cast<uint32_t>(rem >> 32));
+  }
+  __device__ __forceinline__ void load(const int* p, int stride) {
+    fbase = static_cast<uint32_t>(p[0]);
+    tail_pos = static_cast<uint32_t>(p[stride]);
+    prefix_len = p[2 * stride];
+    tail_limit = p[3 * stride];
+    rem = (static_cast<uint64_t>(static_cast<uint32_t>(p[5 * stride])) << 32) |
+          static_cast<uint32_t>(p[4 * stride]);
+  }
+  __device__ __forceinline__ void store_rem(int* p, int stride) const {
+    p[4 * stride] = static_cast<int>(static_cast<uint32_t>(rem));
+    p[5 * stride] = static_cast<int>(static_cast<uint32_t>(rem >> 32));
+  }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Score warps.
@@ -138,14 +205,15 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
     const RequestSched& rs = kp.sched[it.b];
     const int64_t qrow0 = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM + 32 * rg;
 
-    // Q fragments of rows 32 rg + 16 mt + g (+ 8), columns 288 kh + 16 ks + 2 q4 (+ 8).
+    // Q fragments of rows 32 rg + 16 (mt ^ kh) + g (+ 8), columns 288 kh + 16 ks + 2 q4 (+ 8):
+    // qf[0] is the m16 tile this warp owns after the swap, qf[1] the sibling's.
     uint32_t qf[2][18][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      const int r = 32 * rg + 16 * mt + g;
+      const int r = 32 * rg + 16 * (mt ^ kh) + g;
       const bool va = r < it.rows, vb = r + 8 < it.rows;
-      const T* q =
-          static_cast<const T*>(kp.p.q) + (qrow0 + 16 * mt + g) * kHeadDimQK + 288 * kh + q4 * 2;
+      const T* q = static_cast<const T*>(kp.p.q) + (qrow0 + 16 * (mt ^ kh) + g) * kHeadDimQK +
+                   288 * kh + q4 * 2;
       const uint32_t* qa = reinterpret_cast<const uint32_t*>(q);
       const uint32_t* qb = reinterpret_cast<const uint32_t*>(q + 8 * kHeadDimQK);
 #pragma unroll
@@ -161,43 +229,51 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
     const bool v0 = r0 < it.rows, v1 = r0 + 8 < it.rows;
     const int row0 = it.tile * kBlockM;
     const int node0 = v0 ? (row0 + r0) / H : 0, node1 = v1 ? (row0 + r0 + 8) / H : 0;
-    const uint32_t* mrow0 = reinterpret_cast<const uint32_t*>(
-        kp.p.tree_mask + static_cast<int64_t>(rs.q_start + node0) * kp.p.mask_words);
-    const uint32_t* mrow1 = reinterpret_cast<const uint32_t*>(
-        kp.p.tree_mask + static_cast<int64_t>(rs.q_start + node1) * kp.p.mask_words);
+    // The item's walk and the rows' mask rows, read back only for masked blocks.
+    int* const wp = sm.walk() + threadIdx.x;
+    uint32_t masked_from;
+    {
+      const BlockWalk walk(rs, it, blk);
+      masked_from = walk.first_masked(blk);
+      walk.store(wp, Tr::kScoreThreads);
+      wp[6 * Tr::kScoreThreads] = rs.q_start + node0;
+      wp[7 * Tr::kScoreThreads] = rs.q_start + node1;
+    }
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+#if TREEMLA_KERNEL_MUTATION == 2
+    const uint32_t blk0 = blk;
+#endif
 
-    for (int h = 0; h < it.n_blocks; ++h, ++blk) {
+    for (const uint32_t blk_end = blk + it.n_blocks; blk != blk_end; ++blk) {
       const int st = blk % Tr::kStages;
       const int par = blk & 1;
       mbar_wait_suspend(sm.full(st), (blk / Tr::kStages) & 1);
       const uint32_t kaddr = sm.stage(st) + k_off;
-      // ---- partial S over this warp's 288 columns, both m16 tiles ----
+      // ---- partial S over this warp's 288 columns, both m16 tiles (s[0]: the tile it owns);
+      // the K fragments of step ks + 1 load while step ks multiplies ----
       float s[2][2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
           s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+      uint32_t kf[2][4];
+      ldmatrix_x4(kf[0][0], kf[0][1], kf[0][2], kf[0][3], kaddr);
 #pragma unroll
       for (int ks = 0; ks < 18; ++ks) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(b0, b1, b2, b3, kaddr + ks * 32);
+        if (ks + 1 < 18)
+          ldmatrix_x4(kf[(ks + 1) & 1][0], kf[(ks + 1) & 1][1], kf[(ks + 1) & 1][2],
+                      kf[(ks + 1) & 1][3], kaddr + (ks + 1) * 32);
+        const uint32_t* b = kf[ks & 1];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          mma_16816<T>(s[mt][0], qf[mt][ks], b0, b1);
-          mma_16816<T>(s[mt][1], qf[mt][ks], b2, b3);
+          mma_16816<T>(s[mt][0], qf[mt][ks], b[0], b[1]);
+          mma_16816<T>(s[mt][1], qf[mt][ks], b[2], b[3]);
         }
       }
       // ---- swap: send the partial of the tile the sibling owns, add the sibling's ----
-      float own[2][4], other[2][4];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          own[nt][i] = kh ? s[1][nt][i] : s[0][nt][i];
-          other[nt][i] = kh ? s[0][nt][i] : s[1][nt][i];
-        }
+      float(&own)[2][4] = s[0];
+      const float(&other)[2][4] = s[1];
       {
         float* xo = sm.x(par, rg, 1 - kh);
 #pragma unroll
@@ -224,18 +300,27 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
         }
       }
       // ---- mask: tail blocks and the last, partial prefix block ----
-      const KeyBlock d = half_block(kp, it, h);
-      const int hh = h & 1;
+      if (static_cast<int>(blk - masked_from) >= 0) {
+        BlockWalk walk;
+        walk.load(wp, Tr::kScoreThreads);
+        int first, limit, jb;
+        walk.at(blk, first, limit, jb);
+        if (blk & 1) walk.store_rem(wp, Tr::kScoreThreads);
+        const int hh = blk & 1;  // blk - blk0 = h, blk0 even
 #if TREEMLA_KERNEL_MUTATION == 1
-      const int mask_jb = -1;  // mutation: every node sees every tail row
+        const int mask_jb = -1;  // mutation: every node sees every tail row
 #else
-      const int mask_jb = d.jb;
+        const int mask_jb = jb;
 #endif
-      if (d.jb >= 0 || d.limit - d.t0 - 16 * hh < Tr::kBlockN)
-        mask_block<2>(own, d.limit - d.t0, mask_jb, mrow0, mrow1, v0, v1, 16 * hh, q4);
+        const uint32_t* mrow0 = reinterpret_cast<const uint32_t*>(
+            kp.p.tree_mask + static_cast<int64_t>(wp[6 * Tr::kScoreThreads]) * kp.p.mask_words);
+        const uint32_t* mrow1 = reinterpret_cast<const uint32_t*>(
+            kp.p.tree_mask + static_cast<int64_t>(wp[7 * Tr::kScoreThreads]) * kp.p.mask_words);
+        mask_block<2>(own, limit - (first - 16 * hh), mask_jb, mrow0, mrow1, v0, v1, 16 * hh, q4);
+      }
 #if TREEMLA_KERNEL_MUTATION == 2
-      if (h == 0 && d.jb < 0 && it.split > 0 && q4 == 0)  // mutation: the split's first key dropped
-        own[0][0] = own[0][2] = -INFINITY;
+      // mutation: the split's first key dropped
+      if (blk == blk0 && it.n_pb > 0 && it.split > 0 && q4 == 0) own[0][0] = own[0][2] = -INFINITY;
 #endif
       // ---- online softmax of the 16 rows this warp owns ----
       float alpha0, alpha1;
@@ -271,56 +356,66 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   }
 }
 
-// Row r of 16-key block h of an item: its logical row, and the row where the block's keys end.
-__device__ __forceinline__ int block_row(const VerifyKernelParams& kp, const Item& it, int h, int r,
-                                         int& limit) {
-  const KeyBlock d = half_block(kp, it, h);
-  limit = d.limit;
-  return d.t0 + 16 * (h & 1) + r;
-}
-// The page-table entry of row r of block h (-1 past the keys or past the page-table row; the copy
-// then zero-fills, and records the latter).
-__device__ __forceinline__ int row_page(const VerifyKernelParams& kp, const Item& it, int h,
-                                        int r) {
-  int limit;
-  const int t = block_row(kp, it, h, r, limit);
-  const int entry = t >> kp.page_shift;
-  if (t >= limit || entry >= kp.p.page_table_stride) return -1;
-  return __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry);
+// A copy lane's words (Smem::copy): its item's BlockWalk (words 0-5, as BlockWalk::store with
+// stride 1) and the item's request (word 6).
+// Row r of block pos of the lane's item: the row's logical row t (-1 past the block's keys) and
+// its page-table entry (-1 past the keys or past the page-table row; the copy then zero-fills,
+// and records the latter).
+__device__ __forceinline__ void fetch_row(const VerifyKernelParams& kp, int* cw, uint32_t pos,
+                                          int r, int& t, int& page) {
+  const int4 w0 = *reinterpret_cast<const int4*>(cw);
+  const int4 w1 = *reinterpret_cast<const int4*>(cw + 4);
+  BlockWalk walk;
+  walk.fbase = static_cast<uint32_t>(w0.x);
+  walk.tail_pos = static_cast<uint32_t>(w0.y);
+  walk.prefix_len = w0.z;
+  walk.tail_limit = w0.w;
+  walk.rem =
+      (static_cast<uint64_t>(static_cast<uint32_t>(w1.y)) << 32) | static_cast<uint32_t>(w1.x);
+  int first, limit, jb;
+  walk.at(pos, first, limit, jb);
+  if (jb >= 0 && (pos & 1)) walk.store_rem(cw, 1);
+  t = first + r;
+  page = -1;
+  if (t >= limit) {
+    t = -1;
+  } else {
+    const int entry = t >> kp.page_shift;
+    if (entry < kp.p.page_table_stride)
+      page = __ldg(kp.p.page_table + static_cast<int64_t>(w1.z) * kp.p.page_table_stride + entry);
+  }
 }
 
-// One lane copies row r of block h (global block number blk) into its stage with one bulk copy
-// of the row's 1,152 bytes, counted on full[stage] (one arrival per row, with the row's bytes);
-// a row that is not a key, or whose page index is bad (recorded), is zero-filled instead. The
-// caller has waited until every output warp has read the stage's previous block.
+// One lane copies row r of a block (logical row t from fetch_row, -1: not a key) into stage
+// address `stage` with one bulk copy of the row's 1,152 bytes, counted on the stage's full
+// barrier (one arrival per row, with the row's bytes); a row that is not a key, or whose page
+// index is bad (recorded), is zero-filled instead. The caller has waited until every output warp
+// has read the stage's previous block.
 template <typename T, class Tr>
-__device__ __forceinline__ void copy_row(const VerifyKernelParams& kp, const Smem<Tr>& sm,
-                                         const Item& it, int h, uint32_t blk, int r, int page) {
-  int limit;
-  const int t = block_row(kp, it, h, r, limit);
-  const int st = blk % Tr::kStages;
-  const uint32_t dst = sm.stage(st) + r * Tr::kRowStride * 2;
+__device__ __forceinline__ void copy_row(const VerifyKernelParams& kp, int b, uint32_t stage,
+                                         uint32_t full, int r, int t, int page) {
+  const uint32_t dst = stage + r * Tr::kRowStride * 2;
   bool copy = false;
-  if (t < limit) {
+  if (t >= 0) {
     if ((t >> kp.page_shift) >= kp.p.page_table_stride)
-      record_status(kp.hdr, kStatusStride, it.b, t, kp.p.page_table_stride);  // row not mapped
+      record_status(kp.hdr, kStatusStride, b, t, kp.p.page_table_stride);  // row not mapped
     else if (page >= 0 && page < kp.p.num_pages)
       copy = true;
     else
-      record_status(kp.hdr, kStatusPage, it.b, page, t);  // zero-filled instead of read
+      record_status(kp.hdr, kStatusPage, b, page, t);  // zero-filled instead of read
   }
   if (copy) {
     const T* src =
         static_cast<const T*>(kp.p.kv_cache) +
         (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
-    mbar_arrive_expect_tx(sm.full(st), kHeadDimQK * 2);
-    bulk_copy_g2s(dst, src, kHeadDimQK * 2, sm.full(st));
+    mbar_arrive_expect_tx(full, kHeadDimQK * 2);
+    bulk_copy_g2s(dst, src, kHeadDimQK * 2, full);
   } else {
     for (int i = 0; i < kHeadDimQK * 2 / 16; ++i)
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst + 16 * i), "r"(0)
                    : "memory");
     fence_proxy_async_smem();  // before a later bulk copy into the same bytes
-    mbar_arrive(sm.full(st));
+    mbar_arrive(full);
   }
 }
 
@@ -338,6 +433,14 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   // P fragments (ldmatrix): rows 32 rg + 16 mt + lane % 16, keys (lane / 16) * 8.
   const uint32_t p_off = ((32 * rg + (lane & 15)) * Tr::kPStride + (lane >> 4) * 8) * 2;
   constexpr int kPTile = 16 * Tr::kPStride * 2;  // bytes of 16 P rows
+  // The block loop reads both offsets back from shared memory (v_off | p_off << 16) rather than
+  // keep them in registers, which it does not have (ptxas rederives them from the thread index
+  // otherwise, ~15 instructions a block).
+  static_assert(
+      ((15 * Tr::kRowStride + 128 * 3 + 8) * 2) < 65536 && ((63 * Tr::kPStride + 8) * 2) < 65536,
+      "fragment offsets packed in 16 bits each");
+  uint32_t* const frag_slot = sm.frag() + (threadIdx.x - Tr::kScoreThreads);
+  *frag_slot = v_off | (p_off << 16);
 
   float o[2][16][4];
   uint32_t blk = 0;
@@ -353,26 +456,38 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
 
     // Lanes 0 and 1 of output warp ow copy rows 2 ow + lane of every block, kStages - 1 blocks
     // ahead; a lane loads its row's page-table entry one block before it issues the copy.
-    const int crow = 2 * ow + lane;
-    int next_page = -1;
-    for (int h = 0; h < Tr::kStages - 1 && h < n_blocks; ++h) {
-      const uint32_t b = blk + h;
-      mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
-      if (lane < 2) copy_row<T, Tr>(kp, sm, it, h, b, crow, row_page(kp, it, h, crow));
+    const int crow = 2 * ow + (lane & 1);
+    int* const cw = sm.copy(crow);
+    const uint32_t blk_end = blk + n_blocks;
+    int next_t = -1, next_page = -1;
+    if (lane < 2) {
+      const RequestSched& rs = kp.sched[it.b];
+      BlockWalk(rs, it, blk).store(cw, 1);
+      cw[6] = it.b;
     }
-    if (lane < 2 && Tr::kStages - 1 < n_blocks) next_page = row_page(kp, it, Tr::kStages - 1, crow);
+    for (uint32_t b = blk; b != blk + Tr::kStages - 1 && b != blk_end; ++b) {
+      mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
+      if (lane < 2) {
+        fetch_row(kp, cw, b, crow, next_t, next_page);
+        copy_row<T, Tr>(kp, it.b, sm.stage(b % Tr::kStages), sm.full(b % Tr::kStages), crow, next_t,
+                        next_page);
+      }
+    }
+    if (lane < 2 && Tr::kStages - 1 < n_blocks)
+      fetch_row(kp, cw, blk + Tr::kStages - 1, crow, next_t, next_page);
 
-    for (int h = 0; h < n_blocks; ++h, ++blk) {
+    for (; blk != blk_end; ++blk) {
       const int st = blk % Tr::kStages;
       const int par = blk & 1;
       // Block h + kStages - 1 goes into the stage of block h - 1, once every output warp has
       // read that (the score warps read it before they released block h - 1's P).
-      if (h + Tr::kStages - 1 < n_blocks) {
-        const uint32_t b = blk + Tr::kStages - 1;
+      const uint32_t b = blk + Tr::kStages - 1;
+      if (static_cast<int>(blk_end - b) > 0) {
         mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
         if (lane < 2) {
-          copy_row<T, Tr>(kp, sm, it, h + Tr::kStages - 1, b, crow, next_page);
-          if (h + Tr::kStages < n_blocks) next_page = row_page(kp, it, h + Tr::kStages, crow);
+          copy_row<T, Tr>(kp, cw[6], sm.stage(b % Tr::kStages), sm.full(b % Tr::kStages), crow,
+                          next_t, next_page);
+          if (b + 1 != blk_end) fetch_row(kp, cw, b + 1, crow, next_t, next_page);
         }
       }
       mbar_wait_suspend(sm.pready(rg, par), (blk >> 1) & 1);
@@ -395,13 +510,15 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
           }
         }
       }
+      const uint32_t frag_off = *frag_slot;
       uint32_t pa[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], sm.p(par) + p_off + mt * kPTile);
+        ldmatrix_x4(pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3],
+                    sm.p(par) + (frag_off >> 16) + mt * kPTile);
       mbar_arrive(sm.pempty(rg, par));  // P and alpha of this slot read (into registers)
       // ---- O[:, 128 cq ..) += P V, the next V fragments loading while these multiply ----
-      const uint32_t vaddr = sm.stage(st) + v_off;
+      const uint32_t vaddr = sm.stage(st) + (frag_off & 0xffffu);
       uint32_t vb[2][4];
       ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[0][2], vb[0][3], vaddr);
 #pragma unroll

@@ -22,12 +22,14 @@ struct WarpSpecTraits {
   static constexpr int kScoreWarps = 4;
   static constexpr int kOutWarps = 8;
   static constexpr int kOutThreads = kOutWarps * 32;
+  static constexpr int kScoreThreads = kScoreWarps * 32;
   static constexpr int kThreads = (kScoreWarps + kOutWarps) * 32;
   // 12 warps start at 168 registers (65,536 / 384, rounded down to 8); where setmaxnreg exists
   // (sm_90a, sm_100a, sm_120a) the output warpgroups give 16 each to the score warpgroup:
   // Q (144) + S (16) + fragments and addresses; O (128) + P (8) + V fragments, copies and
-  // addresses. ptxas (sm_90a): no spill in the score warps; the output warps' block loop has a
-  // few spill loads, the rest are in the epilogue.
+  // addresses. ptxas (sm_90a): no spill in the score warps, none in the output warps' block
+  // loop (the loops keep their rare-path state and the output warps' fragment offsets in shared
+  // memory: kOffWalk, kOffCopy, kOffFrag); the output warps' spills are outside it.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kScoreRegs = 200;
   static constexpr int kOutRegs = 152;
@@ -38,7 +40,6 @@ struct WarpSpecTraits {
   static constexpr int kXBytes = 16 * kXStride * 4;  // one m16 tile's partial scores
   static constexpr int kPStride = kBlockN + 8;       // bf16 P rows, conflict-free ldmatrix
   static constexpr int kPBytes = kBlockM * kPStride * 2;
-  static constexpr int kScoreThreads = kScoreWarps * 32;
 
   // Shared memory, bytes from the start of the dynamic allocation.
   static constexpr int kOffStages = 0;
@@ -46,7 +47,16 @@ struct WarpSpecTraits {
   static constexpr int kOffP = kOffX + 8 * kXBytes;                 // [2 parity] P, 64 x 16
   static constexpr int kOffAlpha = kOffP + 2 * kPBytes;             // [2 parity][64] fp32
   static constexpr int kOffML = kOffAlpha + 2 * kBlockM * 4;        // [64] (m, l) fp32 pairs
-  static constexpr int kOffBars = kOffML + kBlockM * 8;
+  // Per-thread state the block loops read only on their rare paths (kernel.cuh, BlockWalk):
+  // [kWalkWords][kScoreThreads] words for the score threads (masked blocks), then
+  // [kOutWarps * 2][kCopyWords] for the output warps' copy lanes.
+  static constexpr int kWalkWords = 8;
+  static constexpr int kCopyWords = 12;
+  static constexpr int kOffWalk = kOffML + kBlockM * 8;
+  static constexpr int kOffCopy = kOffWalk + kWalkWords * kScoreThreads * 4;
+  // [kOutThreads] words: an output thread's V and P fragment offsets (kernel.cuh, out_role).
+  static constexpr int kOffFrag = kOffCopy + kOutWarps * 2 * kCopyWords * 4;
+  static constexpr int kOffBars = kOffFrag + kOutThreads * 4;
   // full[kStages], empty[kStages], pready[2 rg][2], pempty[2 rg][2], mlfull[2 rg], mlempty[2 rg]
   static constexpr int kNumBars = 2 * kStages + 12;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8;
@@ -59,6 +69,7 @@ struct WarpSpecTraits {
                 "setmaxnreg moves registers inside the CTA's launch allocation");
   static_assert(kStages >= 3, "one stage for O, one for S, at least one loading");
 
+  static_assert(kOffCopy % 16 == 0 && kCopyWords % 4 == 0, "copy lanes' state read as int4");
   static_assert(kOffBars % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
