@@ -96,27 +96,11 @@ struct Smem {
   __device__ uint32_t mlempty(int rg) const { return bar(2 * Tr::kStages + 10 + rg); }
 };
 
-// What both roles know of a work item: request, row tile, split, and its 16-key blocks (two a
-// 32-key schedule block: its prefix blocks, then the tail blocks some row of the tile can see).
-// tile_tail_bits is a warp collective: every warp calls item_at.
-struct Item {
-  int b, tile, split, rows, pb_begin, n_pb, n_blocks;
-  uint64_t tail_bits;
-};
+// What both roles know of a work item (HalfItem, verify_device.cuh): request, row tile, split,
+// and its 16-key blocks. tile_tail_bits is a warp collective: every warp calls item_at.
+using Item = HalfItem;
 __device__ __forceinline__ Item item_at(const VerifyKernelParams& kp, int item, int lane) {
-  const ItemPos pos = locate_item(kp, item);
-  const RequestSched& rs = kp.sched[pos.b];
-  Item it;
-  it.b = pos.b;
-  it.tile = pos.tile;
-  it.split = pos.index;
-  it.rows = min(rs.q_len * kp.p.num_heads - pos.tile * kBlockM, kBlockM);
-  int pb_end;
-  split_range(rs, pos.index, it.pb_begin, pb_end);
-  it.n_pb = max(0, pb_end - it.pb_begin);
-  it.tail_bits = split_has_tail(kp, rs, pos.index) ? tile_tail_bits(kp, rs, pos.tile, lane) : 0;
-  it.n_blocks = 2 * (it.n_pb + __popcll(it.tail_bits));
-  return it;
+  return half_item_at(kp, item, lane, kBlockM);
 }
 // The 16-key blocks of an item, without a search per block. Blocks are numbered by the CTA's
 // block count pos (the ring position), which is even at the start of every item (items have an
