@@ -184,8 +184,10 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   // configuration, which it does not have, is forced); else the decode family when the limits
   // bound every request to its 16-row tile (unless the large configuration, which it does not
   // have, is forced); else cpasync. Measured side by side on the H200 (docs/benchmarks.md):
-  // q_len = 1 decode at 8 x 16 x 131072 takes sm90a 306-311 us, decode 336 us, cpasync 99 KB
-  // 380 us. The cluster family is slower than cpasync at every shape but the empty call
+  // q_len = 1 decode at 8 x 16 x 131072 takes sm90a 307 us, decode 312 us, cpasync 99 KB 377 us
+  // (731bc08; decode is 1.7% faster at 32 x 16 x 32768). The warpspec family is not picked: it
+  // is 44% slower than cpasync on decode tiles (docs/verify-kernel.md). The cluster family is
+  // slower than cpasync at every shape but the empty call
   // (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
   const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
   if (family == KernelFamily::kAuto) {

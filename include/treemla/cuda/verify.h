@@ -28,9 +28,10 @@ namespace treemla::cuda {
 // sm_80 and newer. kCluster: mma.sync with a cp.async producer, mbarriers and CTA pairs (clusters
 // of 2) that split the KV columns; sm_90 and newer, sm_120 included. kSm90a: wgmma with a
 // cp.async producer warpgroup; sm_90 only, and only where the build has sm_90a code
-// (architecture 90a). kDecode: mma.sync with cp.async for row tiles of at most 16 rows, two CTAs
-// per SM where shared memory allows; sm_80 and newer; only for plans whose limits bound every
-// request to max_q_len * num_heads <= 16 (e.g. q_len = 1 with H <= 16); smem99k only.
+// (architecture 90a). kDecode: mma.sync and a producer warp (bulk copies on sm_90 and newer,
+// cp.async before) for row tiles of at most 16 rows, two CTAs per SM where shared memory allows;
+// sm_80 and newer; only for plans whose limits bound every request to max_q_len * num_heads <=
+// 16 (e.g. q_len = 1 with H <= 16); smem99k only.
 // kWarpSpec: mma.sync with score warps (Q K^T, softmax) and output warps (P V, bulk copies of
 // the KV rows) that pass 16-key blocks to each other through mbarriers; sm_90 and newer, sm_120
 // included; smem99k only. kAuto: kSm90a on sm_90 when the build has it, else kDecode for such
