@@ -6,8 +6,10 @@
 //
 // Two things measured on the H200 and sm_120a builds shape what is here (docs/verify-kernel.md):
 // waits and arrivals are CTA-scoped or relaxed (cluster-scoped acquire / release compile to an
-// L1 invalidation and a GPU-scope fence), and KV blocks are loaded with cp.async rather than
-// cp.async.bulk (one bulk copy per 576-byte row half cost ~40 ns each).
+// L1 invalidation and a GPU-scope fence); and how a family copies KV rows is measured per family:
+// the cluster family's cp.async beat one bulk copy per 576-byte row half (~40 ns each there),
+// while the decode and warpspec families' one bulk copy per 1,152-byte row, issued by lanes that
+// do nothing else, beat their cp.async versions.
 #pragma once
 
 #include <cstdint>
