@@ -26,6 +26,10 @@
 //     stage). At the end of an item it writes O / l and the LSE (or the split's partial).
 // Handoffs (mbarriers; parities from a per-CTA count of blocks, so the ring runs across items):
 //   full[s]: the 16 rows of a stage landed (one arrival per row with its bytes, or zero-filled);
+//     only the score warps wait on it: the output warps read a stage's V after pready of the
+//     same block, which the row group's two score warps arrive on after their wait on full[s]
+//     (mbarrier arrive releases and the wait acquires, and causality order is transitive, so the
+//     landed rows are visible to the output warps without a wait of their own);
 //   empty[s]: the 256 output threads have read a stage (the score warps read it before they
 //     released the block's P, which the output warps waited for);
 //   pready[rg][slot] / pempty[rg][slot]: P and alpha of a row group written / read;
@@ -471,7 +475,7 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
         }
       }
       mbar_wait_suspend(sm.pready(rg, par), (blk >> 1) & 1);
-      mbar_wait(sm.full(st), (blk / Tr::kStages) & 1);  // complete already; makes V visible here
+      // No wait on full[st]: the score warps waited on it before they arrived on pready (above).
       // ---- O *= alpha (skipped while no row maximum of the warp moved) ----
       {
         const float* al = sm.alpha(par) + 32 * rg + g;
