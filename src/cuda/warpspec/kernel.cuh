@@ -26,6 +26,10 @@
 //     stage). At the end of an item it writes O / l and the LSE (or the split's partial).
 // Handoffs (mbarriers; parities from a per-CTA count of blocks, so the ring runs across items):
 //   full[s]: the 16 rows of a stage landed (one arrival per row with its bytes, or zero-filled);
+//     only the score warps wait on it: the output warps read a stage's V after pready of the
+//     same block, which the row group's two score warps arrive on after their wait on full[s]
+//     (mbarrier arrive releases and the wait acquires, and causality order is transitive, so the
+//     landed rows are visible to the output warps without a wait of their own);
 //   empty[s]: the 256 output threads have read a stage (the score warps read it before they
 //     released the block's P, which the output warps waited for);
 //   pready[rg][slot] / pempty[rg][slot]: P and alpha of a row group written / read;
@@ -342,9 +346,9 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
 
 // A copy lane's words (Smem::copy): its item's BlockWalk (words 0-5, as BlockWalk::store with
 // stride 1) and the item's request (word 6).
-// Row r of block pos of the lane's item: the row's logical row t (-1 past the block's keys) and
-// its page-table entry (-1 past the keys or past the page-table row; the copy then zero-fills,
-// and records the latter).
+// Row r of block pos of the lane's item: the row's logical row t (-1: the stage row is
+// zero-filled, past the block's keys or past the page-table row, the latter recorded here) and
+// its page-table entry (loaded here, checked by copy_row: the load's latency is spent before).
 __device__ __forceinline__ void fetch_row(const VerifyKernelParams& kp, int* cw, uint32_t pos,
                                           int r, int& t, int& page) {
   const int4 w0 = *reinterpret_cast<const int4*>(cw);
@@ -365,36 +369,32 @@ __device__ __forceinline__ void fetch_row(const VerifyKernelParams& kp, int* cw,
     t = -1;
   } else {
     const int entry = t >> kp.page_shift;
-    if (entry < kp.p.page_table_stride)
+    if (entry < kp.p.page_table_stride) {
       page = __ldg(kp.p.page_table + static_cast<int64_t>(w1.z) * kp.p.page_table_stride + entry);
+    } else {
+      record_status(kp.hdr, kStatusStride, w1.z, t, kp.p.page_table_stride);  // row not mapped
+      t = -1;
+    }
   }
 }
 
-// One lane copies row r of a block (logical row t from fetch_row, -1: not a key) into stage
-// address `stage` with one bulk copy of the row's 1,152 bytes, counted on the stage's full
-// barrier (one arrival per row, with the row's bytes); a row that is not a key, or whose page
-// index is bad (recorded), is zero-filled instead. The caller has waited until every output warp
-// has read the stage's previous block.
+// One lane copies row r of a block (logical row t and page-table entry from fetch_row) into
+// stage address `stage` with one bulk copy of the row's 1,152 bytes, counted on the stage's full
+// barrier (one arrival per row, with the row's bytes); a row that is not a key (t = -1), or whose
+// page index is bad (recorded), is zero-filled instead. The caller has waited until every output
+// warp has read the stage's previous block.
 template <typename T, class Tr>
-__device__ __forceinline__ void copy_row(const VerifyKernelParams& kp, int b, uint32_t stage,
-                                         uint32_t full, int r, int t, int page) {
+__device__ __forceinline__ void copy_row(const VerifyKernelParams& kp, const int* cw,
+                                         uint32_t stage, uint32_t full, int r, int t, int page) {
   const uint32_t dst = stage + r * Tr::kRowStride * 2;
-  bool copy = false;
-  if (t >= 0) {
-    if ((t >> kp.page_shift) >= kp.p.page_table_stride)
-      record_status(kp.hdr, kStatusStride, b, t, kp.p.page_table_stride);  // row not mapped
-    else if (page >= 0 && page < kp.p.num_pages)
-      copy = true;
-    else
-      record_status(kp.hdr, kStatusPage, b, page, t);  // zero-filled instead of read
-  }
-  if (copy) {
+  if (t >= 0 && page >= 0 && page < kp.p.num_pages) {
     const T* src =
         static_cast<const T*>(kp.p.kv_cache) +
         (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
     mbar_arrive_expect_tx(full, kHeadDimQK * 2);
     bulk_copy_g2s(dst, src, kHeadDimQK * 2, full);
   } else {
+    if (t >= 0) record_status(kp.hdr, kStatusPage, cw[6], page, t);  // zero-filled, not read
     for (int i = 0; i < kHeadDimQK * 2 / 16; ++i)
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst + 16 * i), "r"(0)
                    : "memory");
@@ -453,7 +453,7 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
       if (lane < 2) {
         fetch_row(kp, cw, b, crow, next_t, next_page);
-        copy_row<T, Tr>(kp, it.b, sm.stage(b % Tr::kStages), sm.full(b % Tr::kStages), crow, next_t,
+        copy_row<T, Tr>(kp, cw, sm.stage(b % Tr::kStages), sm.full(b % Tr::kStages), crow, next_t,
                         next_page);
       }
     }
@@ -469,13 +469,13 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       if (static_cast<int>(blk_end - b) > 0) {
         mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
         if (lane < 2) {
-          copy_row<T, Tr>(kp, cw[6], sm.stage(b % Tr::kStages), sm.full(b % Tr::kStages), crow,
-                          next_t, next_page);
+          copy_row<T, Tr>(kp, cw, sm.stage(b % Tr::kStages), sm.full(b % Tr::kStages), crow, next_t,
+                          next_page);
           if (b + 1 != blk_end) fetch_row(kp, cw, b + 1, crow, next_t, next_page);
         }
       }
       mbar_wait_suspend(sm.pready(rg, par), (blk >> 1) & 1);
-      mbar_wait(sm.full(st), (blk / Tr::kStages) & 1);  // complete already; makes V visible here
+      // No wait on full[st]: the score warps waited on it before they arrived on pready (above).
       // ---- O *= alpha (skipped while no row maximum of the warp moved) ----
       {
         const float* al = sm.alpha(par) + 32 * rg + g;
