@@ -100,12 +100,8 @@ struct Smem {
   __device__ uint32_t mlempty(int rg) const { return bar(2 * Tr::kStages + 10 + rg); }
 };
 
-// What both roles know of a work item (HalfItem, verify_device.cuh): request, row tile, split,
-// and its 16-key blocks. tile_tail_bits is a warp collective: every warp calls item_at.
-using Item = HalfItem;
-__device__ __forceinline__ Item item_at(const VerifyKernelParams& kp, int item, int lane) {
-  return half_item_at(kp, item, lane, kBlockM);
-}
+// What both roles know of a work item is a HalfItem (verify_device.cuh): request, row tile,
+// split, and its 16-key blocks. half_item_at is a warp collective: every warp calls it.
 // The 16-key blocks of an item, without a search per block. Blocks are numbered by the CTA's
 // block count pos (the ring position), which is even at the start of every item (items have an
 // even number of blocks): block pos < tail_pos is half pos % 2 of a prefix block of the split,
@@ -120,7 +116,7 @@ struct BlockWalk {
   int prefix_len, tail_limit;
   uint64_t rem;  // tail blocks not yet finished
   __device__ __forceinline__ BlockWalk() {}
-  __device__ __forceinline__ BlockWalk(const RequestSched& rs, const Item& it, uint32_t pos0) {
+  __device__ __forceinline__ BlockWalk(const RequestSched& rs, const HalfItem& it, uint32_t pos0) {
     fbase = static_cast<uint32_t>(kSchedN * it.pb_begin) - 16u * pos0;
     tail_pos = pos0 + 2 * it.n_pb;
     prefix_len = rs.prefix_len;
@@ -189,7 +185,7 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   uint32_t n_item = 0;
   const int num_items = kp.hdr->num_items;
   for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
-    const Item it = item_at(kp, item, lane);
+    const HalfItem it = half_item_at(kp, item, lane, kBlockM);
     const RequestSched& rs = kp.sched[it.b];
     const int64_t qrow0 = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM + 32 * rg;
 
@@ -431,7 +427,7 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   uint32_t n_item = 0;
   const int num_items = kp.hdr->num_items;
   for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
-    const Item it = item_at(kp, item, lane);
+    const HalfItem it = half_item_at(kp, item, lane, kBlockM);
     const int n_blocks = it.n_blocks;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
