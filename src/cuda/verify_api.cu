@@ -183,12 +183,15 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   // kAuto: the sm90a family on sm_90 when this build has sm_90a code (unless the 99 KB
   // configuration, which it does not have, is forced); else the decode family when the limits
   // bound every request to its 16-row tile (unless the large configuration, which it does not
-  // have, is forced); else cpasync. Measured side by side on the H200 (docs/benchmarks.md):
-  // q_len = 1 decode at 8 x 16 x 131072 takes sm90a 307 us, decode 312 us, cpasync 99 KB 377 us
-  // (731bc08; decode is 1.7% faster at 32 x 16 x 32768). The warpspec family is not picked: it
-  // is 44% slower than cpasync on decode tiles (docs/verify-kernel.md). The cluster family is
-  // slower than cpasync at every shape but the empty call
-  // (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
+  // have, is forced); else the warpspec family (sm_90 and newer, with an image for this device)
+  // when the limits bound max_q_len and a request at that bound fills a 64-row tile
+  // (max_q_len * num_heads >= 64: a tree verify); else cpasync. Measured side by side on the
+  // H200 (docs/benchmarks.md, a6f0e7d): warpspec is 16-25% faster than cpasync 99 KB at every
+  // tree shape and at q_len = 1 with 128 heads (8 x 128 x 32768: 285 against 349 us), and 36%
+  // slower on 16-row tiles (8 x 16 x 1 x 131072: 515 against 380 us), which the decode family
+  // takes when the limits allow it (311 us); requests far shorter than max_q_len run on its
+  // partly filled tiles. The cluster family is slower than cpasync at every shape but the empty
+  // call (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
   const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
   if (family == KernelFamily::kAuto) {
     const bool wgmma = sm90a_available(cc / 10, cc % 10) && tile != TileConfig::kSmem99K;
@@ -196,9 +199,14 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
         limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge &&
         bound_rows <=
             kernel_entry(KernelFamily::kDecode, DType::kBF16, TileConfig::kSmem99K).max_tile_rows;
-    family = wgmma         ? KernelFamily::kSm90a
-             : decode_rows ? KernelFamily::kDecode
-                           : KernelFamily::kCpAsync;
+    const bool warpspec_rows =
+        limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge && bound_rows >= kBlockM &&
+        fits(KernelFamily::kWarpSpec, TileConfig::kSmem99K) &&
+        has_image(kernel_entry(KernelFamily::kWarpSpec, DType::kBF16, TileConfig::kSmem99K));
+    family = wgmma           ? KernelFamily::kSm90a
+             : decode_rows   ? KernelFamily::kDecode
+             : warpspec_rows ? KernelFamily::kWarpSpec
+                             : KernelFamily::kCpAsync;
   }
   tile = pick_tile(family);
   const KernelEntry entry = kernel_entry(family, DType::kBF16, tile);

@@ -409,8 +409,23 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
   const cuda::VerifyPlan automatic = cuda::make_verify_plan(lim);
   EXPECT_EQ(automatic.family, sm90a ? cuda::KernelFamily::kSm90a : cuda::KernelFamily::kCpAsync);
   const cuda::VerifyPlan small = cuda::make_verify_plan(lim, -1, cuda::TileConfig::kSmem99K);
-  EXPECT_EQ(small.family, cuda::KernelFamily::kCpAsync);
+  EXPECT_EQ(small.family, cuda::KernelFamily::kCpAsync);  // no max_q_len: cpasync
   EXPECT_EQ(small.tile, cuda::TileConfig::kSmem99K);
+  // A bound whose full-length requests fill a 64-row tile (a tree verify): warpspec where it
+  // runs (sm_90 and newer) and sm90a does not (or the 99 KB configuration is asked for); below
+  // 64 rows, cpasync.
+  const cuda::KernelFamily tree99k =
+      major >= 9 ? cuda::KernelFamily::kWarpSpec : cuda::KernelFamily::kCpAsync;
+  EXPECT_EQ(cuda::make_verify_plan({2, 130, 8, 65}, -1, cuda::TileConfig::kSmem99K).family,
+            tree99k);
+  EXPECT_EQ(cuda::make_verify_plan({2, 130, 8, 8}, -1, cuda::TileConfig::kSmem99K).family,
+            tree99k);  // 8 x 8 = 64 rows
+  EXPECT_EQ(cuda::make_verify_plan({2, 130, 8, 7}, -1, cuda::TileConfig::kSmem99K).family,
+            cuda::KernelFamily::kCpAsync);  // 56 rows
+  EXPECT_EQ(cuda::make_verify_plan({2, 130, 8, 65}).family,
+            sm90a ? cuda::KernelFamily::kSm90a : tree99k);
+  EXPECT_NE(cuda::make_verify_plan({2, 130, 8, 65}, -1, cuda::TileConfig::kSmemLarge).family,
+            cuda::KernelFamily::kWarpSpec);  // warpspec has no large configuration
   auto message = [&](cuda::TileConfig tile) {
     try {
       cuda::make_verify_plan(lim, -1, tile, cuda::KernelFamily::kSm90a);

@@ -35,7 +35,8 @@ namespace treemla::cuda {
 // kWarpSpec: mma.sync with score warps (Q K^T, softmax) and output warps (P V, bulk copies of
 // the KV rows) that pass 16-key blocks to each other through mbarriers; sm_90 and newer, sm_120
 // included; smem99k only. kAuto: kSm90a on sm_90 when the build has it, else kDecode for such
-// plans, else kCpAsync.
+// plans, else kWarpSpec (sm_90 and newer) for plans whose limits give a max_q_len with
+// max_q_len * num_heads >= 64 (a tree verify), else kCpAsync.
 enum class KernelFamily : int {
   kAuto = 0,
   kCpAsync = 1,
@@ -60,7 +61,9 @@ struct VerifyLimits {
   int num_heads = 0;        // H, 1..128 (fixed for the plan)
   // Tree nodes of any one request, 1..1025; 0 (default): no bound below 1025. The schedule
   // rejects a request with more (check_status reports it). A bound with max_q_len * num_heads
-  // <= 16 (q_len = 1 decode with H <= 16, or a short chain) lets the plan pick the decode family.
+  // <= 16 (q_len = 1 decode with H <= 16, or a short chain) lets the plan pick the decode family;
+  // one with max_q_len * num_heads >= 64 (a tree verify) the warpspec family where sm90a does not
+  // run (sm_100, sm_120).
   int max_q_len = 0;
 };
 
