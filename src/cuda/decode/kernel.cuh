@@ -94,35 +94,33 @@ __device__ __forceinline__ bool tile_too_long(const VerifyKernelParams& kp, cons
   return kp.sched[it.b].q_len * kp.p.num_heads - it.tile * kBlockM > kDecodeRows;
 }
 
-// Row lane % 16 of block h of an item, as the producer fetches it a block ahead: its logical row
-// t (-1: past the block's keys) and its page-table entry (-1 when t is past the page-table
-// row; the load lands while the producer waits for the stage).
-struct RowFetch {
-  int t, page;
-};
-__device__ __forceinline__ RowFetch row_fetch(const VerifyKernelParams& kp, const HalfItem& it,
-                                              int h, int lane) {
+// The page-table entry of row lane % 16 of block h of an item (-1 past the keys or past the
+// page-table row).
+__device__ __forceinline__ int row_entry(const VerifyKernelParams& kp, const HalfItem& it, int h,
+                                         int lane) {
   const KeyBlock d = half_block(kp, it, h);
   const int t = d.t0 + 16 * (h & 1) + (lane & 15);
-  if (t >= d.limit) return {-1, -1};
   const int entry = t >> kp.page_shift;
-  if (entry >= kp.p.page_table_stride) return {t, -1};
-  return {t, __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry)};
+  if (t >= d.limit || entry >= kp.p.page_table_stride) return -1;
+  return __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry);
 }
-// The row's place in the cache (-1: zero-filled, the row is not a key or its page is bad).
-// Lanes < 16 record a bad page index or a row past the page-table row.
+// Row lane % 16 of block h: its row in the cache (-1: zero-filled, the row is not a key or its
+// page is bad), from its page-table entry `page` (row_entry). Lanes < 16 record a bad page index
+// or a row past the page-table row.
 __device__ __forceinline__ int64_t row_source(const VerifyKernelParams& kp, const HalfItem& it,
-                                              int lane, const RowFetch& f) {
-  if (f.t < 0) return -1;
-  if ((f.t >> kp.page_shift) >= kp.p.page_table_stride) {
-    if (lane < 16) record_status(kp.hdr, kStatusStride, it.b, f.t, kp.p.page_table_stride);
+                                              int h, int lane, int page) {
+  const KeyBlock d = half_block(kp, it, h);
+  const int t = d.t0 + 16 * (h & 1) + (lane & 15);
+  if (t >= d.limit) return -1;
+  if ((t >> kp.page_shift) >= kp.p.page_table_stride) {
+    if (lane < 16) record_status(kp.hdr, kStatusStride, it.b, t, kp.p.page_table_stride);
     return -1;  // row not mapped
   }
-  if (f.page < 0 || f.page >= kp.p.num_pages) {
-    if (lane < 16) record_status(kp.hdr, kStatusPage, it.b, f.page, f.t);
+  if (page < 0 || page >= kp.p.num_pages) {
+    if (lane < 16) record_status(kp.hdr, kStatusPage, it.b, page, t);
     return -1;  // zero-filled instead of read
   }
-  return static_cast<int64_t>(f.page) * kp.p.page_size + (f.t & (kp.p.page_size - 1));
+  return static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1));
 }
 
 // The producer warp: every block of this CTA's items into the ring.
@@ -136,11 +134,11 @@ __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) 
   for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
     const HalfItem it = half_item_at(kp, item, lane, kDecodeRows);
     if (tile_too_long(kp, it)) continue;
-    RowFetch row = it.n_blocks > 0 ? row_fetch(kp, it, 0, lane) : RowFetch{-1, -1};
+    int page = it.n_blocks > 0 ? row_entry(kp, it, 0, lane) : -1;
     for (int h = 0; h < it.n_blocks; ++h, ++blk) {
       const int st = blk % Tr::kStages;
-      const int64_t src = row_source(kp, it, lane, row);
-      if (h + 1 < it.n_blocks) row = row_fetch(kp, it, h + 1, lane);  // lands during the wait
+      const int64_t src = row_source(kp, it, h, lane, page);
+      if (h + 1 < it.n_blocks) page = row_entry(kp, it, h + 1, lane);  // lands during the wait
       mbar_wait(sm.empty(st), ((blk / Tr::kStages) & 1) ^ 1);
       const uint32_t dst = sm.stage(st);
       if (bulk) {
