@@ -186,8 +186,8 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   // have, is forced); else the warpspec family (sm_90 and newer, with an image for this device)
   // when the limits bound max_q_len and a request at that bound fills a 64-row tile
   // (max_q_len * num_heads >= 64: a tree verify); else cpasync. Measured side by side on the
-  // H200 (docs/benchmarks.md, a6f0e7d): warpspec is 16-25% faster than cpasync 99 KB at every
-  // tree shape and at q_len = 1 with 128 heads (8 x 128 x 32768: 285 against 349 us), and 36%
+  // H200 (docs/benchmarks.md, a6f0e7d): warpspec is 13-20% faster than cpasync 99 KB at every
+  // tree shape and at q_len = 1 with 128 heads (8 x 128 x 32768: 285 against 349 us), and 30-38%
   // slower on 16-row tiles (8 x 16 x 1 x 131072: 515 against 380 us), which the decode family
   // takes when the limits allow it (311 us); requests far shorter than max_q_len run on its
   // partly filled tiles. The cluster family is slower than cpasync at every shape but the empty
