@@ -17,7 +17,7 @@
 // Rows past the tile's last row compute on zero Q and are not written.
 //
 // Producer (warp 4): per block, once the 128 compute threads have released the block's stage
-// (empty[s]), copies its 16 rows (rows padded by 16 bytes: ldmatrix conflict-free), the
+// (empty[s]), copies its 16 rows (rows padded by 32 bytes: 32-byte-aligned copies), the
 // page-table entries loaded a block ahead. sm_90 and newer: lane r < 16 copies row r with one
 // bulk copy of its 1,152 bytes, counted on full[s] with its bytes (a row that is not a key is
 // zero-filled). sm_80 .. sm_89 (or TREEMLA_DECODE_COPY=cpasync): 16-byte cp.async by the 32

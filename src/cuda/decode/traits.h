@@ -34,7 +34,10 @@ struct DecodeTraits {
 #else
   static constexpr int kCtasPerSm = 1;
 #endif
-  static constexpr int kRowStride = kHeadDimQK + 8;  // +16 B: ldmatrix of 8 rows conflict-free
+  // Rows padded by 32 bytes: each row's bulk copy lands 32-byte aligned, so the L2 sees about a
+  // third fewer requests than with the 16-byte pad (ldmatrix then meets 2-way bank conflicts,
+  // which cost less: 3% faster on the H200; docs/verify-kernel.md, "The decode family").
+  static constexpr int kRowStride = kHeadDimQK + 16;
   static constexpr int kStageBytes = kBlockN * kRowStride * 2;
   static constexpr int kXStride = kBlockN + 8;  // fp32 partial-S rows, conflict-free float2
   static constexpr int kXBytes = 4 * kDecodeRows * kXStride * 4;  // the four column groups' S
@@ -54,7 +57,7 @@ struct DecodeTraits {
 };
 
 // The family's one configuration: four 16-key stages (three in flight while one is computed),
-// 87 KB, so that two CTAs share an SM of sm_90 / sm_100 (228 KB); one per SM on sm_120 (100 KB of
+// 88 KB, so that two CTAs share an SM of sm_90 / sm_100 (228 KB); one per SM on sm_120 (100 KB of
 // shared memory per SM), which needs far fewer bytes in flight.
 template <typename T>
 using DecodeTraits99K = DecodeTraits<T, 4>;
