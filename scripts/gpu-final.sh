@@ -16,6 +16,10 @@
 #   env:V=X   the sm90a rows of .gpu/treemla with environment variable V set to X (for builds
 #             that read a measurement switch; e.g. the cluster family's TREEMLA_WAIT_MODE,
 #             verify_kernel_params.h, has none for sm90a today)
+#   l2:F      Nsight Compute at full clock: L2 requests, sectors, tag lookups and DRAM throughput of
+#             family F's main kernel and of the bench's plain copy of the same pages, at
+#             8,16,1,131072 ($L2_CASE, $L2_TILES override; l2-F.txt). The plain copy is the reference: it
+#             makes one L2 request a 128-byte line
 #   cost      the verify cost table of the default family (cost-table.json)
 #   binding   builds the PyTorch binding for 9.0a in the background (binding-build.log); a later
 #             "binding-test" waits for it and runs the binding's tests (binding-tests.log)
@@ -98,6 +102,16 @@ for step in $STEPS; do
       t "binding build rc=$(cat /tmp/binding.rc)"; tail -3 $OUT/binding-build.log
       timeout 300 python3 -m pytest -q -rs python/tests > $OUT/binding-tests.log 2>&1
       t "binding tests rc=$?"; tail -15 $OUT/binding-tests.log ;;
+    l2:*)
+      f=${step#l2:}
+      M="lts__t_requests_srcunit_tex.sum,lts__t_sectors_srcunit_tex.sum,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum"
+      for k in "main_kernel:2" "paged_read:0"; do
+        timeout 90 ncu --clock-control none --metrics "$M" -k regex:${k%%:*} -s ${k#*:} -c 1 \
+          $G/treemla bench --cases "${L2_CASE:-8:16:1:131072:64}" --families "$f" --tiles "${L2_TILES:-all}" \
+          --reps 3 >> $OUT/l2-$f.txt 2>&1
+        t "l2 $f ${k%%:*} rc=$?"
+      done
+      grep -E "^  [a-zA-Z_].*\(|lts__|dram__|gpu__" $OUT/l2-$f.txt | cut -c1-120 ;;
     cost)
       timeout 200 $G/treemla bench --cost-table $OUT/cost-table.json --reps 3 --commit "$C" \
         > $OUT/cost-table.txt 2>&1; t "cost table rc=$?" ;;
