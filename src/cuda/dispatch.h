@@ -38,4 +38,18 @@ KernelEntry warpspec_entry();
 // the table has none (never for the combinations the public enums allow).
 KernelEntry kernel_entry(KernelFamily family, DType dtype, TileConfig tile);
 
+// The family and tile configuration a plan gets (make_verify_plan; docs/verify-kernel.md,
+// "Kernel families"): `family` and `tile` as asked (kAuto or forced), on a device of compute
+// capability `cc` (major * 10 + minor) whose blocks may opt in to `optin` bytes of shared
+// memory. `sm90a`: the device runs the build's sm_90a code; `warpspec_image`: the build holds
+// the warpspec kernel for the device. Pure (no CUDA call), so that the choice on devices this
+// machine does not have is tested on the CPU; refusing a forced choice the device cannot run is
+// make_verify_plan's.
+struct FamilyChoice {
+  KernelFamily family;
+  TileConfig tile;
+};
+FamilyChoice choose_family(const VerifyLimits& limits, int cc, int optin, bool sm90a,
+                           bool warpspec_image, TileConfig tile, KernelFamily family);
+
 }  // namespace treemla::cuda

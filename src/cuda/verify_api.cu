@@ -129,6 +129,49 @@ bool sm90a_available(int major, int minor) {
   return cc >= kMinCcWgmma && cc <= kMaxCcWgmma && build_has_sm90a();
 }
 
+FamilyChoice choose_family(const VerifyLimits& limits, int cc, int optin, bool sm90a,
+                           bool warpspec_image, TileConfig tile, KernelFamily family) {
+  auto fits = [&](KernelFamily f, TileConfig t) {
+    const KernelEntry e = kernel_entry(f, DType::kBF16, t);
+    return cc >= e.min_cc && e.smem_bytes <= optin;
+  };
+  auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
+    if (tile != TileConfig::kAuto) return tile;
+    if (f == KernelFamily::kSm90a) return TileConfig::kSmemLarge;  // its only configuration
+    if (f == KernelFamily::kDecode || f == KernelFamily::kWarpSpec)
+      return TileConfig::kSmem99K;  // their only configuration
+    return fits(f, TileConfig::kSmemLarge) ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
+  };
+  // kAuto: the sm90a family on sm_90 when this build has sm_90a code (unless the 99 KB
+  // configuration, which it does not have, is forced); else the decode family when the limits
+  // bound every request to its 16-row tile (unless the large configuration, which it does not
+  // have, is forced); else the warpspec family (sm_90 and newer, with an image for this device)
+  // when the limits bound max_q_len and a request at that bound fills a 64-row tile
+  // (max_q_len * num_heads >= 64: a tree verify); else cpasync. Measured side by side on the
+  // H200 (docs/benchmarks.md, a6f0e7d): warpspec is 13-20% faster than cpasync 99 KB at every
+  // tree shape and at q_len = 1 with 128 heads (8 x 128 x 32768: 285 against 349 us), and 30-38%
+  // slower on 16-row tiles (8 x 16 x 1 x 131072: 515 against 380 us), which the decode family
+  // takes when the limits allow it (311 us); requests far shorter than max_q_len run on its
+  // partly filled tiles. The cluster family is slower than cpasync at every shape but the empty
+  // call (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
+  const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
+  if (family == KernelFamily::kAuto) {
+    const bool wgmma = sm90a && tile != TileConfig::kSmem99K;
+    const bool decode_rows =
+        limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge &&
+        bound_rows <=
+            kernel_entry(KernelFamily::kDecode, DType::kBF16, TileConfig::kSmem99K).max_tile_rows;
+    const bool warpspec_rows =
+        limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge && bound_rows >= kBlockM &&
+        fits(KernelFamily::kWarpSpec, TileConfig::kSmem99K) && warpspec_image;
+    family = wgmma           ? KernelFamily::kSm90a
+             : decode_rows   ? KernelFamily::kDecode
+             : warpspec_rows ? KernelFamily::kWarpSpec
+                             : KernelFamily::kCpAsync;
+  }
+  return {family, pick_tile(family)};
+}
+
 VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig tile,
                             KernelFamily family) {
   TREEMLA_CHECK(limits.max_batch >= 1 && limits.max_batch <= (1 << 20),
@@ -169,46 +212,15 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
     ~Restore() { cudaSetDevice(dev); }
   } restore{prev};
 
-  auto fits = [&](KernelFamily f, TileConfig t) {
-    const KernelEntry e = kernel_entry(f, DType::kBF16, t);
-    return cc >= e.min_cc && e.smem_bytes <= optin;
-  };
-  auto pick_tile = [&](KernelFamily f) {  // the largest configuration that fits, unless forced
-    if (tile != TileConfig::kAuto) return tile;
-    if (f == KernelFamily::kSm90a) return TileConfig::kSmemLarge;  // its only configuration
-    if (f == KernelFamily::kDecode || f == KernelFamily::kWarpSpec)
-      return TileConfig::kSmem99K;  // their only configuration
-    return fits(f, TileConfig::kSmemLarge) ? TileConfig::kSmemLarge : TileConfig::kSmem99K;
-  };
-  // kAuto: the sm90a family on sm_90 when this build has sm_90a code (unless the 99 KB
-  // configuration, which it does not have, is forced); else the decode family when the limits
-  // bound every request to its 16-row tile (unless the large configuration, which it does not
-  // have, is forced); else the warpspec family (sm_90 and newer, with an image for this device)
-  // when the limits bound max_q_len and a request at that bound fills a 64-row tile
-  // (max_q_len * num_heads >= 64: a tree verify); else cpasync. Measured side by side on the
-  // H200 (docs/benchmarks.md, a6f0e7d): warpspec is 13-20% faster than cpasync 99 KB at every
-  // tree shape and at q_len = 1 with 128 heads (8 x 128 x 32768: 285 against 349 us), and 30-38%
-  // slower on 16-row tiles (8 x 16 x 1 x 131072: 515 against 380 us), which the decode family
-  // takes when the limits allow it (311 us); requests far shorter than max_q_len run on its
-  // partly filled tiles. The cluster family is slower than cpasync at every shape but the empty
-  // call (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
   const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
-  if (family == KernelFamily::kAuto) {
-    const bool wgmma = sm90a_available(cc / 10, cc % 10) && tile != TileConfig::kSmem99K;
-    const bool decode_rows =
-        limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge &&
-        bound_rows <=
-            kernel_entry(KernelFamily::kDecode, DType::kBF16, TileConfig::kSmem99K).max_tile_rows;
-    const bool warpspec_rows =
-        limits.max_q_len >= 1 && tile != TileConfig::kSmemLarge && bound_rows >= kBlockM &&
-        fits(KernelFamily::kWarpSpec, TileConfig::kSmem99K) &&
-        has_image(kernel_entry(KernelFamily::kWarpSpec, DType::kBF16, TileConfig::kSmem99K));
-    family = wgmma           ? KernelFamily::kSm90a
-             : decode_rows   ? KernelFamily::kDecode
-             : warpspec_rows ? KernelFamily::kWarpSpec
-                             : KernelFamily::kCpAsync;
+  {
+    const FamilyChoice choice = choose_family(
+        limits, cc, optin, sm90a_available(cc / 10, cc % 10),
+        has_image(kernel_entry(KernelFamily::kWarpSpec, DType::kBF16, TileConfig::kSmem99K)), tile,
+        family);
+    family = choice.family;
+    tile = choice.tile;
   }
-  tile = pick_tile(family);
   const KernelEntry entry = kernel_entry(family, DType::kBF16, tile);
   TREEMLA_CHECK(cc >= entry.min_cc && cc <= entry.max_cc,
                 "kernel family " << kernel_family_name(family) << " needs compute capability "
