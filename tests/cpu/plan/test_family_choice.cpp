@@ -57,8 +57,7 @@ TEST(FamilyChoice, Sm120) {
   // decode nor warpspec has the large configuration.
   expect(choose(d, kDecodeRows, TileConfig::kSmemLarge), KernelFamily::kCpAsync,
          TileConfig::kSmemLarge);
-  expect(choose(d, kTree, TileConfig::kSmemLarge), KernelFamily::kCpAsync,
-         TileConfig::kSmemLarge);
+  expect(choose(d, kTree, TileConfig::kSmemLarge), KernelFamily::kCpAsync, TileConfig::kSmemLarge);
 }
 
 TEST(FamilyChoice, Sm90WithSm90aCode) {
@@ -68,14 +67,13 @@ TEST(FamilyChoice, Sm90WithSm90aCode) {
   expect(choose(d, kDecodeRows), KernelFamily::kSm90a, TileConfig::kSmemLarge);
   // The 99 KB configuration asked for (what sm_120 runs): sm90a has none.
   expect(choose(d, kTree, TileConfig::kSmem99K), KernelFamily::kWarpSpec, TileConfig::kSmem99K);
-  expect(choose(d, kDecodeRows, TileConfig::kSmem99K), KernelFamily::kDecode,
-         TileConfig::kSmem99K);
-  expect(choose(d, kNoBound, TileConfig::kSmem99K), KernelFamily::kCpAsync,
-         TileConfig::kSmem99K);
+  expect(choose(d, kDecodeRows, TileConfig::kSmem99K), KernelFamily::kDecode, TileConfig::kSmem99K);
+  expect(choose(d, kNoBound, TileConfig::kSmem99K), KernelFamily::kCpAsync, TileConfig::kSmem99K);
 }
 
 TEST(FamilyChoice, Sm90WithoutSm90aCodeAndSm100) {
-  for (const Device& d : {Device{90, kOptin227K, false, true}, Device{100, kOptin227K, false, true}}) {
+  for (const Device& d :
+       {Device{90, kOptin227K, false, true}, Device{100, kOptin227K, false, true}}) {
     expect(choose(d, kNoBound), KernelFamily::kCpAsync, TileConfig::kSmemLarge);
     expect(choose(d, kTree), KernelFamily::kWarpSpec, TileConfig::kSmem99K);
     expect(choose(d, kShort), KernelFamily::kCpAsync, TileConfig::kSmemLarge);
@@ -100,12 +98,11 @@ TEST(FamilyChoice, ForcedFamilyKeepsItsOwnConfiguration) {
   const Device d{90, kOptin227K, true, true};
   expect(choose(d, kNoBound, TileConfig::kAuto, KernelFamily::kDecode), KernelFamily::kDecode,
          TileConfig::kSmem99K);
-  expect(choose(d, kNoBound, TileConfig::kAuto, KernelFamily::kWarpSpec),
-         KernelFamily::kWarpSpec, TileConfig::kSmem99K);
+  expect(choose(d, kNoBound, TileConfig::kAuto, KernelFamily::kWarpSpec), KernelFamily::kWarpSpec,
+         TileConfig::kSmem99K);
   expect(choose(d, kNoBound, TileConfig::kAuto, KernelFamily::kCpAsync), KernelFamily::kCpAsync,
          TileConfig::kSmemLarge);
-  expect(choose({120, kOptin99K, false, true}, kNoBound, TileConfig::kAuto,
-                KernelFamily::kCpAsync),
+  expect(choose({120, kOptin99K, false, true}, kNoBound, TileConfig::kAuto, KernelFamily::kCpAsync),
          KernelFamily::kCpAsync, TileConfig::kSmem99K);
 }
 
