@@ -214,10 +214,12 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
 
   const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
   {
-    const FamilyChoice choice = choose_family(
-        limits, cc, optin, sm90a_available(cc / 10, cc % 10),
-        has_image(kernel_entry(KernelFamily::kWarpSpec, DType::kBF16, TileConfig::kSmem99K)), tile,
-        family);
+    // The warpspec image matters only to kAuto: a forced family asks no CUDA call for it.
+    const bool warpspec_image =
+        family == KernelFamily::kAuto &&
+        has_image(kernel_entry(KernelFamily::kWarpSpec, DType::kBF16, TileConfig::kSmem99K));
+    const FamilyChoice choice = choose_family(limits, cc, optin, sm90a_available(cc / 10, cc % 10),
+                                              warpspec_image, tile, family);
     family = choice.family;
     tile = choice.tile;
   }
