@@ -92,9 +92,9 @@ def plan_verify(max_batch: int, max_total_q: int, num_heads: int,
     than 99 KB per block); "auto" picks the largest the device allows. ``family`` forces a kernel
     family ("cpasync"; "cluster" on sm_90 and newer; "sm90a" on sm_90, "smem-large" only;
     "decode" when ``max_q_len * num_heads <= 16``, "smem99k" only; "warpspec" on sm_90 and newer,
-    "smem99k" only); "auto" is "sm90a" on sm_90
-    when the build has sm_90a code, else "decode" for such a bound, else "warpspec" (sm_90 and
-    newer) when ``max_q_len * num_heads >= 64`` (a tree verify), else "cpasync". ``plan.tile``
+    "smem99k" only); "auto" is "decode" for such a bound (sm_90 included), else "sm90a" on
+    sm_90 when the build has sm_90a code, else "warpspec" (sm_90 and newer) when
+    ``max_q_len * num_heads >= 64`` (a tree verify), else "cpasync". ``plan.tile``
     and ``plan.family`` name the choice. ``max_q_len`` (0..MAX_TREE_NODES, 0: no bound) bounds the
     tree nodes of any one request: the GPU rejects a longer request (:func:`check_status` reports
     it), and a bound with ``max_q_len * num_heads <= 16`` (q_len = 1 decode with up to 16 heads)

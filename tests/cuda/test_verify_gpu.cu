@@ -444,13 +444,14 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
   } else {
     EXPECT_NE(message(cuda::TileConfig::kAuto).find("sm90a"), std::string::npos);
   }
-  // A bound of at most 16 rows a request: the decode family where sm90a does not run or the
-  // 99 KB configuration is asked for; decode has no large configuration and refuses a plan
-  // without such a bound, naming it.
-  const cuda::KernelFamily dec_auto =
-      sm90a ? cuda::KernelFamily::kSm90a : cuda::KernelFamily::kDecode;
-  EXPECT_EQ(cuda::make_verify_plan({8, 8, 16, 1}).family, dec_auto);
-  EXPECT_EQ(cuda::make_verify_plan({8, 16, 8, 2}).family, dec_auto);
+  // A bound of at most 16 rows a request: the decode family on every device (sm_90 with sm90a
+  // code included), unless the large configuration is asked for (then sm90a where it runs);
+  // decode has no large configuration and refuses a plan without such a bound, naming it.
+  EXPECT_EQ(cuda::make_verify_plan({8, 8, 16, 1}).family, cuda::KernelFamily::kDecode);
+  EXPECT_EQ(cuda::make_verify_plan({8, 16, 8, 2}).family, cuda::KernelFamily::kDecode);
+  if (sm90a)
+    EXPECT_EQ(cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kSmemLarge).family,
+              cuda::KernelFamily::kSm90a);
   const cuda::VerifyPlan dec =
       cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kSmem99K);
   EXPECT_EQ(dec.family, cuda::KernelFamily::kDecode);

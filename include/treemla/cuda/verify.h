@@ -34,9 +34,9 @@ namespace treemla::cuda {
 // 16 (e.g. q_len = 1 with H <= 16); smem99k only.
 // kWarpSpec: mma.sync with score warps (Q K^T, softmax) and output warps (P V, bulk copies of
 // the KV rows) that pass 16-key blocks to each other through mbarriers; sm_90 and newer, sm_120
-// included; smem99k only. kAuto: kSm90a on sm_90 when the build has it, else kDecode for such
-// plans, else kWarpSpec (sm_90 and newer) for plans whose limits give a max_q_len with
-// max_q_len * num_heads >= 64 (a tree verify), else kCpAsync.
+// included; smem99k only. kAuto: kDecode for such plans (on every device, sm_90 included),
+// else kSm90a on sm_90 when the build has it, else kWarpSpec (sm_90 and newer) for plans whose
+// limits give a max_q_len with max_q_len * num_heads >= 64 (a tree verify), else kCpAsync.
 enum class KernelFamily : int {
   kAuto = 0,
   kCpAsync = 1,

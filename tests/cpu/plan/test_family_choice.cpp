@@ -64,7 +64,11 @@ TEST(FamilyChoice, Sm90WithSm90aCode) {
   const Device d{90, kOptin227K, true, true};
   expect(choose(d, kNoBound), KernelFamily::kSm90a, TileConfig::kSmemLarge);
   expect(choose(d, kTree), KernelFamily::kSm90a, TileConfig::kSmemLarge);
-  expect(choose(d, kDecodeRows), KernelFamily::kSm90a, TileConfig::kSmemLarge);
+  // Decode-bounded limits take the decode family here too (level with sm90a or faster at every
+  // decode shape on the H200); the large configuration forced keeps sm90a.
+  expect(choose(d, kDecodeRows), KernelFamily::kDecode, TileConfig::kSmem99K);
+  expect(choose(d, kDecodeRows, TileConfig::kSmemLarge), KernelFamily::kSm90a,
+         TileConfig::kSmemLarge);
   // The 99 KB configuration asked for (what sm_120 runs): sm90a has none.
   expect(choose(d, kTree, TileConfig::kSmem99K), KernelFamily::kWarpSpec, TileConfig::kSmem99K);
   expect(choose(d, kDecodeRows, TileConfig::kSmem99K), KernelFamily::kDecode, TileConfig::kSmem99K);
