@@ -149,14 +149,15 @@ FamilyChoice choose_family(const VerifyLimits& limits, int cc, int optin, bool s
   // (sm_90 and newer, with an image for this device) when the limits bound max_q_len and a request
   // at that bound fills a 64-row tile (max_q_len * num_heads >= 64: a tree verify); else cpasync.
   // Measured side by side on the H200 (docs/benchmarks.md): decode is level with sm90a or faster
-  // at every decode shape (2b14120: 306.4 against 306.7 us at 8 x 16 x 1 x 131072, 295.7 against
-  // 306.3 at 32 x 16 x 1 x 32768, 310.9 against 317.0 at page size 1; 7.3 against 8.8 us for a
-  // call with nothing to attend); warpspec is 13-20% faster than cpasync 99 KB at every tree shape
-  // and at q_len = 1 with 128 heads (8 x 128 x 32768: 285 against 349 us at a6f0e7d), and 30-38%
-  // slower on 16-row tiles (8 x 16 x 1 x 131072: 515 against 380 us), which the decode family
-  // takes when the limits allow it; requests far shorter than max_q_len run on its partly filled
-  // tiles. The cluster family is slower than cpasync at every shape but the empty call
-  // (bench/results/2026-11-30_h200_e01b288_bench.txt); it stays selectable.
+  // at every decode shape (eb03edd, bench/results/2026-12-01_h200_eb03edd_bench.txt: 296.9
+  // against 308.4 us at 8 x 16 x 1 x 131072, 302.0 against 307.1 at 32 x 16 x 1 x 32768, 302.9
+  // against 317.8 at page size 1; 7.4 against 9.8 us for a call with nothing to attend); warpspec
+  // is 13-20% faster than cpasync 99 KB at every tree shape and at q_len = 1 with 128 heads (8 x
+  // 128 x 32768: 285 against 349 us at a6f0e7d), and 30-38% slower on 16-row tiles (8 x 16 x 1 x
+  // 131072: 515 against 380 us), which the decode family takes when the limits allow it; requests
+  // far shorter than max_q_len run on its partly filled tiles. The cluster family is slower than
+  // cpasync at every shape but the empty call (bench/results/2026-11-30_h200_e01b288_bench.txt); it
+  // stays selectable.
   const int64_t bound_rows = int64_t{limits.max_q_len} * limits.num_heads;
   if (family == KernelFamily::kAuto) {
     const bool wgmma = sm90a && tile != TileConfig::kSmem99K;
