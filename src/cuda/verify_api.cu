@@ -80,6 +80,7 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.item_base = reinterpret_cast<int*>(base + l.item_base);
   kp.group_base = reinterpret_cast<int*>(base + l.group_base);
   kp.sched = reinterpret_cast<RequestSched*>(base + l.sched);
+  kp.refine = reinterpret_cast<WorkRefine*>(base + l.refine);
   kp.part_o = reinterpret_cast<float*>(base + l.part_o);
   kp.part_lse = reinterpret_cast<float*>(base + l.part_lse);
   return kp;

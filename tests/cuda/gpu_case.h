@@ -236,11 +236,13 @@ inline ::testing::AssertionResult matches(const GpuResult& g, const CpuResult& r
 }
 
 // The split boundaries the schedule makes for d.p: runs cuda::verify_schedule on ws (a workspace
-// of plan.workspace_bytes) and reads back the per-request schedule (RequestSched in
+// of plan.workspace_bytes) and reads back the per-request schedule (RequestSched and WorkRefine in
 // src/cuda/common/verify_kernel_params.h). Split s of request b reads the 32-row prefix blocks
-// [s * pblocks / splits, (s + 1) * pblocks / splits), so returns, per request, the first logical
-// row 32 * (s * pblocks / splits) of each split s = 1 .. splits - 1 (empty: one split).
-// The only place in the tests that knows the schedule's layout: adapt it here when that changes.
+// [s * pblocks / splits, (s + 1) * pblocks / splits); a work item of the refined last wave cuts its
+// split's blocks [b0, e0) into q near-equal pieces, piece k starting at b0 + k (e0 - b0) / q.
+// Returns, per request, the first logical row (32 x the block) of each split s = 1 .. splits - 1
+// and of each refined piece k = 1 .. q - 1 (empty: one split, nothing refined). The only place in
+// the tests that knows the schedule's layout: adapt it here when that changes.
 inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d,
                                                              const cuda::VerifyPlan& plan,
                                                              void* ws) {
@@ -249,14 +251,32 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
   cuda::check_status(plan, ws, 0);
   const cuda::WorkspaceLayout layout =
       cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
+  const auto* base = static_cast<const uint8_t*>(ws);
   std::vector<cuda::RequestSched> sched(static_cast<size_t>(d.p.batch));
-  TREEMLA_CUDA_CHECK(cudaMemcpy(sched.data(), static_cast<const uint8_t*>(ws) + layout.sched,
+  TREEMLA_CUDA_CHECK(cudaMemcpy(sched.data(), base + layout.sched,
                                 sched.size() * sizeof(cuda::RequestSched), cudaMemcpyDeviceToHost));
+  std::vector<int> item_base(static_cast<size_t>(d.p.batch) + 1);
+  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), base + layout.item_base,
+                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  cuda::WorkRefine rf{};
+  TREEMLA_CUDA_CHECK(cudaMemcpy(&rf, base + layout.refine, sizeof(rf), cudaMemcpyDeviceToHost));
+  auto split_begin = [](const cuda::RequestSched& rs, int64_t s) {
+    return s * rs.pblocks / rs.splits;
+  };
   std::vector<std::vector<int64_t>> out(sched.size());
   for (size_t b = 0; b < sched.size(); ++b) {
     const cuda::RequestSched& rs = sched[b];
     for (int64_t s = 1; s < rs.splits; ++s)
-      out[b].push_back(kScheduleBlockRows * (s * rs.pblocks / rs.splits));
+      out[b].push_back(kScheduleBlockRows * split_begin(rs, s));
+  }
+  for (int r = 0; r < rf.count; ++r) {
+    const int item = rf.first + r;
+    const size_t b = static_cast<size_t>(
+        std::upper_bound(item_base.begin(), item_base.end() - 1, item) - item_base.begin() - 1);
+    const cuda::RequestSched& rs = sched[b];
+    const int64_t s = (item - item_base[b]) / rs.tiles;
+    const int64_t b0 = split_begin(rs, s), len = split_begin(rs, s + 1) - b0;
+    for (int64_t k = 1; k < rf.q; ++k) out[b].push_back(kScheduleBlockRows * (b0 + k * len / rf.q));
   }
   return out;
 }

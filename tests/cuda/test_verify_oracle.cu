@@ -168,5 +168,21 @@ TEST(VerifyOracle, PageSizeOneScattered) {
   check_peaked(make_spec(1, 3, 16, 5000, 1, DType::kFP16), 2601);
 }
 
+// The refined last wave (schedule.cu, "The last wave"): one 16-row tile a request and four more
+// requests than the largest persistent grid of the configurations, so the items fill whole waves
+// and four more, which the schedule cuts into pieces. Each request has a single split, so every
+// boundary aimed at is a piece's: EXPECT_AIMED fails if nothing was refined.
+TEST(VerifyOracle, RefinedLastWave) {
+  REQUIRE_GPU();
+  int grid = 0;
+  for (const GpuConfig& cfg : configs_to_test(16))
+    grid =
+        std::max(grid, cuda::make_verify_plan({1, 4, 4, 4}, -1, cfg.tile, cfg.family).target_items);
+  if (grid == 0) return;  // TREEMLA_TEST_FAMILY left no configuration
+  CaseSpec s = make_spec(grid + 4, 4, 4, 0, 16);
+  for (int b = 0; b < grid + 4; ++b) s.prefix_lens[b] = 520 + 9 * (b % 7);
+  EXPECT_AIMED(check_peaked(s, 2700));
+}
+
 }  // namespace
 }  // namespace treemla::test

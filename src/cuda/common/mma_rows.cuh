@@ -102,11 +102,11 @@ struct TileRows {
 };
 
 // Writes a row tile's output columns col_base + nt * 8 + 2 (lane % 4) (+1) from O (rows' sums
-// l0 / l1 complete, maxima m0 / m1): with one split, O / l in the output dtype and the LSE (ln);
-// otherwise split `split`'s normalized fp32 partial and log2-domain LSE for the combine kernel.
+// l0 / l1 complete, maxima m0 / m1): for slot -1 (the tile's only work item, WorkItem), O / l in
+// the output dtype and the LSE (ln); otherwise the normalized fp32 partial and log2-domain LSE in
+// partial slot `slot` for the combine kernel.
 template <typename T, int kNT>
-__device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp,
-                                                const RequestSched& rs, int split, int tile,
+__device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp, int64_t slot,
                                                 const float (&o)[kNT][4], float m0, float m1,
                                                 float l0, float l1, const TileRows& tr,
                                                 int col_base, int q4) {
@@ -124,7 +124,7 @@ __device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp,
   constexpr float kLn2 = 0.69314718055994530942f;
 #endif
   const int64_t grow1 = tr.grow0 + 8;
-  if (rs.splits == 1) {
+  if (slot < 0) {
     T* out = static_cast<T*>(kp.o);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -141,7 +141,6 @@ __device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp,
       if (tr.v1) kp.lse[grow1] = lse1 * kLn2;
     }
   } else {
-    const int64_t slot = rs.part_base + static_cast<int64_t>(split) * rs.tiles + tile;
     float* po = kp.part_o + slot * kBlockM * kHeadDimV;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {

@@ -99,6 +99,50 @@ __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& 
   end = static_cast<int>(static_cast<int64_t>(s + 1) * rs.pblocks / rs.splits);
 }
 
+// What a main-kernel family needs of work item `item` (0 .. hdr->num_items - 1): request, row
+// tile, its prefix blocks [pb_begin, pb_end) (32 rows each, within the request's pblocks; the
+// last may end past prefix_len), whether it also attends the tree tail, and
+// where it writes: slot -1 is the final O and LSE (the item is the tile's only one), else the
+// partial slot. Items before refine.first are split `split` of (request, tile); a piece of the
+// refined last wave (WorkRefine) is piece k of q of such a split: the split's blocks cut into q
+// near-equal ranges, the tail with the last.
+struct WorkItem {
+  int b, tile, split;
+  int pb_begin, pb_end;
+  bool tail;
+  int64_t slot;
+};
+__device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int item) {
+  // The item's place in the list is looked up before the refinement is known, so that both
+  // loads are in flight at once (a work item's start is on the kernel's critical path); a piece
+  // looks its item up again.
+  const WorkRefine rf = *kp.refine;
+  ItemPos pos = locate_item(kp, item);
+  int k = 0, q = 1;
+  const bool piece = rf.count > 0 && item >= rf.first;
+  if (piece) {
+    q = rf.q;
+    const int base = rf.first + (item - rf.first) / q;
+    k = (item - rf.first) - (base - rf.first) * q;
+    pos = locate_item(kp, base);
+  }
+  const RequestSched& rs = kp.sched[pos.b];
+  WorkItem w;
+  w.b = pos.b;
+  w.tile = pos.tile;
+  w.split = pos.index;
+  int b0, e0;
+  split_range(rs, pos.index, b0, e0);
+  const int len = e0 - b0;
+  w.pb_begin = b0 + static_cast<int>(static_cast<int64_t>(k) * len / q);
+  w.pb_end = b0 + static_cast<int>(static_cast<int64_t>(k + 1) * len / q);
+  w.tail = split_has_tail(kp, rs, pos.index) && k == q - 1;
+  w.slot = piece           ? static_cast<int64_t>(rf.extra_base) + (item - rf.first)
+           : rs.splits > 1 ? rs.part_base + static_cast<int64_t>(pos.index) * rs.tiles + pos.tile
+                           : -1;
+  return w;
+}
+
 // 32-key block `it` of a work item whose prefix blocks are [pb_begin, pb_begin + n_pb) and whose
 // tail blocks are the set bits of tail_bits: its first logical row, the row where its keys end,
 // and its tail block index (-1 for prefix blocks).
@@ -145,26 +189,27 @@ __device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
 }
 
 // What every warp of a CTA knows of a work item in the families that run 16-key blocks (half a
-// 32-key schedule block: the decode and warpspec families): request, row tile, split, the tile's
-// rows (at most max_rows), the split's prefix blocks, the tail blocks some row of the tile can see
-// and the item's 16-key blocks (two a schedule block). A warp collective (tile_tail_bits).
+// 32-key schedule block: the decode and warpspec families): request, row tile, the tile's rows
+// (at most max_rows), the item's prefix blocks, the tail blocks some row of the tile can see, the
+// item's 16-key blocks (two a schedule block) and its output slot (WorkItem). A warp collective
+// (tile_tail_bits).
 struct HalfItem {
-  int b, tile, split, rows, pb_begin, n_pb, n_blocks;
+  int b, tile, rows, pb_begin, n_pb, n_blocks;
   uint64_t tail_bits;
+  int64_t slot;
 };
 __device__ __forceinline__ HalfItem half_item_at(const VerifyKernelParams& kp, int item, int lane,
                                                  int max_rows) {
-  const ItemPos pos = locate_item(kp, item);
-  const RequestSched& rs = kp.sched[pos.b];
+  const WorkItem w = work_item(kp, item);
+  const RequestSched& rs = kp.sched[w.b];
   HalfItem it;
-  it.b = pos.b;
-  it.tile = pos.tile;
-  it.split = pos.index;
-  it.rows = min(rs.q_len * kp.p.num_heads - pos.tile * kBlockM, max_rows);
-  int pb_end;
-  split_range(rs, pos.index, it.pb_begin, pb_end);
-  it.n_pb = max(0, pb_end - it.pb_begin);
-  it.tail_bits = split_has_tail(kp, rs, pos.index) ? tile_tail_bits(kp, rs, pos.tile, lane) : 0;
+  it.b = w.b;
+  it.tile = w.tile;
+  it.slot = w.slot;
+  it.rows = min(rs.q_len * kp.p.num_heads - w.tile * kBlockM, max_rows);
+  it.pb_begin = w.pb_begin;
+  it.n_pb = max(0, w.pb_end - w.pb_begin);
+  it.tail_bits = w.tail ? tile_tail_bits(kp, rs, w.tile, lane) : 0;
   it.n_blocks = 2 * (it.n_pb + __popcll(it.tail_bits));
   return it;
 }

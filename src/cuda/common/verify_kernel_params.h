@@ -37,6 +37,22 @@ struct RequestSched {
   int pair;       // 1: the row tile is processed as two sub-splits at once (cluster family)
 };
 
+// The refined last wave (schedule.cu, "The last wave"): when the work items fill F whole waves of
+// the persistent grid and R more, the R items after the first F waves (work items first ..
+// first + count - 1, in the list's order) are each cut into q pieces of their block range, so
+// that the last wave has count * q <= grid pieces instead of R whole items. Piece p of that part
+// (work item first + p) is piece p % q of item first + p / q, and writes partial slot
+// extra_base + p. count = 0: nothing is refined.
+struct WorkRefine {
+  int first;        // F x grid: the first piece's work item index
+  int count;        // R: items refined
+  int q;            // pieces an item
+  int extra_base;   // partial slot of piece 0 (after the slots of the requests' splits)
+  int base_groups;  // combine groups of the requests' splits; groups base_groups + r (r < count)
+                    // are the refined items of requests with one split
+  int reserved[3];
+};
+
 struct VerifyKernelParams {
   VerifyParams p;
   void* o;           // [total_q, H, 512] p.dtype
@@ -63,13 +79,14 @@ struct VerifyKernelParams {
   int* item_base;       // [batch + 1]
   int* group_base;      // [batch + 1]
   RequestSched* sched;  // [batch]
+  WorkRefine* refine;   // the refined last wave
   float* part_o;        // [partial_slots, kBlockM, 512] normalized partial outputs
   float* part_lse;      // [partial_slots, kBlockM] log2-domain LSE of each partial
 };
 
 // Workspace layout, computed identically on host and device.
 struct WorkspaceLayout {
-  size_t header, item_base, group_base, sched, part_o, part_lse, total;
+  size_t header, item_base, group_base, sched, refine, part_o, part_lse, total;
 };
 
 inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -85,6 +102,8 @@ inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots) {
   off = align_up(off + sizeof(int) * (max_batch + 1), 256);
   l.sched = off;
   off = align_up(off + sizeof(RequestSched) * max_batch, 256);
+  l.refine = off;
+  off = align_up(off + sizeof(WorkRefine), 256);
   l.part_o = off;
   off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM * kHeadDimV, 256);
   l.part_lse = off;

@@ -120,8 +120,8 @@ __device__ __forceinline__ void issue_kv_block(const VerifyKernelParams& kp, int
 // rows and split each 32-row KV block among themselves, 8 keys each, instead of leaving three
 // of them idle; their partial states are merged through shared memory at the end.
 template <typename T, class Tr, bool kSplitKeys>
-__device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, int b, int split,
-                            int tile) {
+__device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, const WorkItem& w) {
+  const int b = w.b, tile = w.tile;
   constexpr int kBlockN = Tr::kBlockN;
   constexpr int kNT = kSplitKeys ? 1 : Tr::kNTiles;  // n8 tiles of S per warp
   constexpr int kStages = Tr::kStages;
@@ -138,10 +138,9 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
   const int row0 = tile * kBlockM;
 
   // This item's prefix blocks, and the tail blocks some row of the tile can see.
-  int pb_begin, pb_end;
-  split_range(rs, split, pb_begin, pb_end);
-  const int n_pb = max(0, pb_end - pb_begin);
-  const uint64_t tail_bits = split_has_tail(kp, rs, split) ? tile_tail_bits(kp, rs, tile, lane) : 0;
+  const int pb_begin = w.pb_begin;
+  const int n_pb = max(0, w.pb_end - w.pb_begin);
+  const uint64_t tail_bits = w.tail ? tile_tail_bits(kp, rs, tile, lane) : 0;
   const int n_blocks = n_pb + __popcll(tail_bits);
 
   auto desc = [&](int it) {
@@ -391,7 +390,7 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, i
 
   // ---- epilogue ----
   const TileRows tr{rl0, grow0, writer && v0, writer && v1, writer && half == 0 && q4 == 0};
-  write_tile_rows<T, 32>(kp, rs, split, tile, o, m0, m1, l0, l1, tr, half * 256, q4);
+  write_tile_rows<T, 32>(kp, w.slot, o, m0, m1, l0, l1, tr, half * 256, q4);
 }
 
 template <typename T, class Tr>
@@ -408,11 +407,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       __syncthreads();
       const int item = s_item;
       if (item >= kp.hdr->num_items) break;
-      const ItemPos pos = locate_item(kp, item);
-      if (kp.sched[pos.b].q_len * kp.p.num_heads - pos.tile * kBlockM <= 16) {
-        verify_item<T, Tr, true>(kp, smem, pos.b, pos.index, pos.tile);
+      const WorkItem w = work_item(kp, item);
+      if (kp.sched[w.b].q_len * kp.p.num_heads - w.tile * kBlockM <= 16) {
+        verify_item<T, Tr, true>(kp, smem, w);
       } else {
-        verify_item<T, Tr, false>(kp, smem, pos.b, pos.index, pos.tile);
+        verify_item<T, Tr, false>(kp, smem, w);
       }
       __syncthreads();  // smem and s_item are reused by the next item
     }

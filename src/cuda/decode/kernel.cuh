@@ -295,7 +295,8 @@ __device__ void compute_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       if (d.jb >= 0 || d.limit - d.t0 - 16 * hh < Tr::kBlockN)
         mask_block<2>(s, d.limit - d.t0, mask_jb, mrow0, mrow1, v0, v1, 16 * hh, q4);
 #if TREEMLA_KERNEL_MUTATION == 2
-      if (h == 0 && d.jb < 0 && it.split > 0 && q4 == 0)  // mutation: the split's first key dropped
+      if (h == 0 && d.jb < 0 && it.pb_begin > 0 &&
+          q4 == 0)  // mutation: the split's first key dropped
         s[0][0] = s[0][2] = -INFINITY;
 #endif
 
@@ -326,8 +327,7 @@ __device__ void compute_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
 
     // ---- epilogue: warp w writes output columns [kOCols w, kOCols w + kOCols) ----
     const TileRows tr{g, grow0, v0, v1, warp == 0 && q4 == 0};
-    write_tile_rows<T, kOT>(kp, rs, it.split, it.tile, o, m0, m1, l0, l1, tr, Tr::kOCols * warp,
-                            q4);
+    write_tile_rows<T, kOT>(kp, it.slot, o, m0, m1, l0, l1, tr, Tr::kOCols * warp, q4);
   }
 }
 

@@ -74,7 +74,8 @@ constexpr int kBarItem = 6;
 
 // One work item as every warpgroup sees it.
 struct Item {
-  int b, split, tile;
+  int b, tile;
+  int64_t slot;  // -1: the final O and LSE; else the partial slot (WorkItem)
   RequestSched rs;
   int H, rows, row0;
   int kbeg, kend;  // this split's prefix keys [kbeg, kend)
@@ -521,7 +522,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   constexpr float kLn2 = 0.69314718055994530942f;
   const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
   const int64_t grow1 = grow0 + 8;
-  if (d.rs.splits == 1) {
+  if (d.slot < 0) {
     T* out = static_cast<T*>(kp.o);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
@@ -538,7 +539,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
     }
   } else {
-    const int64_t slot = d.rs.part_base + static_cast<int64_t>(d.split) * d.rs.tiles + d.tile;
+    const int64_t slot = d.slot;
     float* po = kp.part_o + slot * kBlockM * kHeadDimV;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
@@ -558,28 +559,26 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 }
 
 // Work item n (0, 1, ...) of this CTA: items blockIdx.x, blockIdx.x + gridDim.x, ...; false when
-// the work list is done. The schedule makes near-equal items in whole waves of the grid, so this
-// fixed assignment balances as a shared counter would, and no thread has to wait for another to
+// the work list is done. The schedule makes near-equal items in whole waves of the grid (the last
+// one refined into pieces, WorkRefine), so this fixed assignment balances as a shared counter
+// would, and no thread has to wait for another to
 // learn its item (a counter's value handed over in shared memory cost a barrier at every item
 // start, or, through mbarriers, 2-8% of the whole kernel by shape: docs/verify-kernel.md).
 __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t n) {
   const int item = static_cast<int>(blockIdx.x + n * gridDim.x);
   if (item >= kp.hdr->num_items) return false;
-  const ItemPos pos = locate_item(kp, item);
-  d.b = pos.b;
+  const WorkItem w = work_item(kp, item);
+  d.b = w.b;
   d.rs = kp.sched[d.b];
-  d.tile = pos.tile;
-  d.split = pos.index;
+  d.tile = w.tile;
+  d.slot = w.slot;
   d.H = kp.p.num_heads;
   d.rows = d.rs.q_len * d.H;
   d.row0 = d.tile * kBlockM;
-  int pb_begin, pb_end;
-  split_range(d.rs, d.split, pb_begin, pb_end);
-  d.kbeg = pb_begin * 32;
-  d.kend = min(pb_end * 32, d.rs.prefix_len);
+  d.kbeg = w.pb_begin * 32;
+  d.kend = min(w.pb_end * 32, d.rs.prefix_len);
   d.n_pfx = d.kend > d.kbeg ? (d.kend - d.kbeg + 63) / 64 : 0;
-  d.tail_bits =
-      split_has_tail(kp, d.rs, d.split) ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
+  d.tail_bits = w.tail ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
   d.n_tail = __popcll(d.tail_bits);
   d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + (d.n_tail + 1) / 2, 0);
   return true;

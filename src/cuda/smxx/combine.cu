@@ -23,6 +23,61 @@ namespace {
 
 constexpr int kCombineThreads = 256;
 
+// The partial slots of combine group `grp`: n of them (0: nothing to merge here), slot(f) for
+// f < n. Groups below refine.base_groups are the (request, tile) pairs of requests with several
+// splits: split f < s0 wrote slot part_base + f * tiles + tile; the splits from s0 on are work
+// items of the refined last wave (WorkRefine), each cut into q pieces with consecutive slots.
+// Group base_groups + r is refined item r when its request has one split (else that item is
+// merged with its tile's group above, and n = 0).
+struct GroupSlots {
+  int b, tile, n, s0, q, tiles;
+  int64_t part0;  // slot of split 0 (part_base + tile)
+  int64_t item0;  // work item of split 0, minus refine.first
+  int extra_base;
+  __device__ __forceinline__ int64_t slot(int f) const {
+    if (f < s0) return part0 + static_cast<int64_t>(f) * tiles;
+    const int j = (f - s0) / q;
+    return extra_base + (item0 + static_cast<int64_t>(s0 + j) * tiles) * q + (f - s0 - j * q);
+  }
+};
+__device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, int grp) {
+  // The group's request is looked up as if it were a split group while the refinement loads, so
+  // that both loads are in flight at once (each row is a chain of dependent loads).
+  const WorkRefine rf = *kp.refine;
+  const int bs = find_base(kp.group_base, kp.p.batch, grp);
+  GroupSlots g;
+  g.q = rf.count > 0 ? rf.q : 1;
+  g.extra_base = rf.extra_base;
+  if (grp < rf.base_groups) {
+    g.b = bs;
+    const RequestSched& rs = kp.sched[g.b];
+    g.tile = grp - kp.group_base[g.b];
+    g.tiles = rs.tiles;
+    g.part0 = rs.part_base + static_cast<int64_t>(g.tile);
+    g.s0 = rs.splits;
+    g.item0 = 0;
+    if (rf.count > 0) {
+      const int64_t ib = static_cast<int64_t>(kp.item_base[g.b]) + g.tile;  // split 0's item
+      g.item0 = ib - rf.first;
+      if (ib + static_cast<int64_t>(rs.splits - 1) * rs.tiles >= rf.first)
+        g.s0 = ib >= rf.first ? 0 : static_cast<int>((rf.first - ib + rs.tiles - 1) / rs.tiles);
+    }
+    g.n = g.s0 + (rs.splits - g.s0) * g.q;
+  } else {
+    const int r = grp - rf.base_groups;
+    const int item = rf.first + r;
+    g.b = find_base(kp.item_base, kp.p.batch, item);
+    const RequestSched& rs = kp.sched[g.b];
+    g.tile = item - kp.item_base[g.b];  // one split: the item's index in the request is its tile
+    g.tiles = 1;
+    g.part0 = 0;
+    g.item0 = r;
+    g.s0 = 0;
+    g.n = rs.splits == 1 ? g.q : 0;
+  }
+  return g;
+}
+
 // Merges row `rl` of group `grp`: all 512 columns (kQuarters = 1; the lane's float4 indices
 // lane + 32 i of the row, i < 4) or the 128 of one quarter (kQuarters = 4; float4 index
 // 32 quarter + lane).
@@ -32,14 +87,14 @@ __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int gr
   constexpr int kF4 = 4 / kQuarters;  // float4 a lane and split
   constexpr float kLn2 = 0.69314718055994530942f;
   const int H = kp.p.num_heads;
-  const int b = find_base(kp.group_base, kp.p.batch, grp);
-  const RequestSched rs = kp.sched[b];
-  const int tile = grp - kp.group_base[b];
-  const int r = tile * kBlockM + rl;
+  const GroupSlots gs = group_slots(kp, grp);
+  if (gs.n == 0) return;
+  const RequestSched rs = kp.sched[gs.b];
+  const int r = gs.tile * kBlockM + rl;
   if (r >= rs.q_len * H) return;
-  auto slot_of = [&](int s) { return rs.part_base + static_cast<int64_t>(s) * rs.tiles + tile; };
+  auto slot_of = [&](int f) { return gs.slot(f); };
   float mx = -INFINITY;
-  for (int s = lane; s < rs.splits; s += 32) mx = fmaxf(mx, kp.part_lse[slot_of(s) * kBlockM + rl]);
+  for (int f = lane; f < gs.n; f += 32) mx = fmaxf(mx, kp.part_lse[slot_of(f) * kBlockM + rl]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   const int64_t grow = static_cast<int64_t>(rs.q_start) * H + r;
@@ -49,24 +104,31 @@ __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int gr
 #pragma unroll
   for (int i = 0; i < 4 * kF4; ++i) acc[i] = 0.f;
   float sum = 0.f;
+  // Adds partial `slot` at weight 2^(lse - mx).
+  auto add = [&](int64_t slot) {
+    const float w = exp2f(kp.part_lse[slot * kBlockM + rl] - mx);
+    sum += w;
+    const float4* src =
+        reinterpret_cast<const float4*>(kp.part_o + (slot * kBlockM + rl) * kHeadDimV);
+#pragma unroll
+    for (int i = 0; i < kF4; ++i) {
+      const float4 v = src[f0 + 32 * i];
+      acc[4 * i] += w * v.x;
+      acc[4 * i + 1] += w * v.y;
+      acc[4 * i + 2] += w * v.z;
+      acc[4 * i + 3] += w * v.w;
+    }
+  };
   if (mx != -INFINITY) {
     // Partials are finite (an empty split wrote O = 0), so weight-0 ones need no skip and the
-    // loop unrolls: several splits' loads in flight at once.
+    // loop unrolls: several splits' loads in flight at once. A group with no refined split
+    // (most) takes the plain loop, whose slots are a stride apart.
+    if (gs.s0 >= gs.n) {
 #pragma unroll(kQuarters == 1 ? 4 : 16)
-    for (int s = 0; s < rs.splits; ++s) {
-      const int64_t slot = slot_of(s);
-      const float w = exp2f(kp.part_lse[slot * kBlockM + rl] - mx);
-      sum += w;
-      const float4* src =
-          reinterpret_cast<const float4*>(kp.part_o + (slot * kBlockM + rl) * kHeadDimV);
-#pragma unroll
-      for (int i = 0; i < kF4; ++i) {
-        const float4 v = src[f0 + 32 * i];
-        acc[4 * i] += w * v.x;
-        acc[4 * i + 1] += w * v.y;
-        acc[4 * i + 2] += w * v.z;
-        acc[4 * i + 3] += w * v.w;
-      }
+      for (int f = 0; f < gs.n; ++f) add(gs.part0 + static_cast<int64_t>(f) * gs.tiles);
+    } else {
+#pragma unroll(kQuarters == 1 ? 4 : 16)
+      for (int f = 0; f < gs.n; ++f) add(gs.slot(f));
     }
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;

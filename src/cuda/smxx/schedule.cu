@@ -10,10 +10,20 @@
 // straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
 // least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
 // a tile also does the tree tail. Partial slots (requests with splits_b > 1) <= target.
-// `waves` is 1 unless an estimate (pass 1b: waves needed x the largest item) says a few more,
-// smaller items are clearly faster: e.g. 136 row tiles on 132 CTAs would otherwise run a second
-// wave of 4 whole tiles. At most kp.max_waves (kMaxWaves, fewer with several CTAs per SM); the
-// plan sizes the partial slots for that.
+// `waves` is 1 unless an estimate (pass 1b) says a few more, smaller items are clearly faster.
+// At most kp.max_waves (kMaxWaves, fewer with several CTAs per SM); the plan sizes the partial
+// slots for that.
+//
+// The last wave: when the items fill F >= 1 whole waves of the grid G and R < G more, the R items
+// after the first F G are each cut into q = min(G / R, (smallest item) / kMinChunkBlocks) pieces
+// (WorkRefine in verify_kernel_params.h), so the last wave runs R q <= G short pieces instead of R
+// whole items on R CTAs while the others wait: 8 x 16 x 65 at 32K has 136 row tiles for 132
+// CTAs, and runs 132 whole tiles, then 4 tiles in 33 pieces each. The R items are consecutive
+// in the list (tiles of the same splits), and piece k of each starts at the same key, so the
+// tiles that share KV blocks still read them at the same time (the L2 serves the others; see
+// docs/verify-kernel.md, "Idle CTAs"). The estimate (pass 1b) weighs, for each wave choice, the
+// splits rounded down (as above) and rounded up (so that a few items spill into a refined last
+// wave): F x (largest item + overhead) + the last wave's (largest piece + overhead).
 //
 // Pair mode (kp.pair_rows > 0, the cluster family): a request whose rows (q_len * H) fit in
 // pair_rows and whose share is at least one item gets an even number of splits, and each work
@@ -21,6 +31,7 @@
 //   pairs_b = max(1, min(floor(pblocks_b * target_items / total), floor(pblocks_b / (2 *
 //   kMinChunkBlocks))))
 // items_b = pairs_b, splits_b = 2 * pairs_b, partial slots 2 * pairs_b <= 2 * target_items.
+#include <climits>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -36,15 +47,54 @@ constexpr int kSchedThreads = 256;
 // Wave counts the schedule chooses from (kMaxWaves in verify_kernel_params.h is the largest: the
 // partial slots are sized for it), and a work item's fixed cost in prefix blocks (its Q load,
 // pipeline fill and partial output) for the estimate.
-constexpr int kNumWaveChoices = 6;
-__constant__ const int kWaveChoices[kNumWaveChoices] = {1, 2, 3, 4, 6, kMaxWaves};
+// Candidates of the estimate: a wave choice and the splits rounded down or up (rounding up pays
+// where a few items spill into a refined last wave: one or two waves).
+constexpr int kNumCandidates = 8;
+// Candidate c: waves {1, 1, 2, 2, 3, 4, 6, kMaxWaves}, rounded up at c = 1 and 3.
+__device__ constexpr int cand_waves(int c) {
+  return c < 2 ? 1 : c < 4 ? 2 : c == 4 ? 3 : c == 5 ? 4 : c == 6 ? 6 : kMaxWaves;
+}
+__device__ constexpr bool cand_up(int c) { return c == 1 || c == 3; }
 constexpr int kItemOverheadBlocks = 8;
 
-// Splits of a request with `pblocks` prefix blocks for a target item count (see the header).
-__device__ __forceinline__ int splits_for(int pblocks, long long target, long long total_cost) {
-  const long long by_share = static_cast<long long>(pblocks) * target / total_cost;
+// Splits of a request with `pblocks` prefix blocks for a target of `waves` x the grid, given its
+// share x = pblocks * grid / total (see the header): the share rounded down (or up), at least 1,
+// at most pblocks / kMinChunkBlocks.
+__device__ __forceinline__ int splits_for(int pblocks, double x, int waves, bool up) {
+  const double t = x * waves;
+  const long long by_share = static_cast<long long>(up ? ceil(t) : floor(t));
   const long long by_min = pblocks / kMinChunkBlocks;
   return static_cast<int>(max(1LL, min(by_share, by_min)));
+}
+
+// The estimates of pass 1b for one candidate: its items n, their largest and smallest prefix
+// blocks, and the partial slots of its splits. `plain`: the waves of the largest item (the last
+// one partly idle); `refined`: the whole waves, then the last wave's items cut into q pieces, or
+// -1 when that cannot be (no whole wave, nothing left over, pieces under kMinChunkBlocks, or too
+// few partial slots). plain = -1: the splits' partial slots do not fit.
+struct Estimate {
+  long long plain, refined;
+  int q;
+};
+__device__ __forceinline__ Estimate candidate_estimate(unsigned n, int item_max, int item_min,
+                                                       unsigned parts, int grid, int slots,
+                                                       bool refine_ok) {
+  Estimate e{-1, -1, 1};
+  if (parts > static_cast<unsigned>(slots)) return e;
+  // 32-bit arithmetic (the item count is below 2^31, see pass 1b).
+  const unsigned g = grid > 0 ? static_cast<unsigned>(grid) : 1u;
+  const unsigned full = n / g, rest = n - full * g;
+  const long long per = item_max + kItemOverheadBlocks;
+  e.plain = (full + (rest > 0 ? 1 : 0)) * per;
+  if (refine_ok && full >= 1 && rest > 0) {
+    const unsigned q = min(g / rest, static_cast<unsigned>(item_min / kMinChunkBlocks));
+    if (q >= 2 && parts + static_cast<unsigned long long>(rest) * q <=
+                      static_cast<unsigned long long>(slots)) {
+      e.q = static_cast<int>(q);
+      e.refined = full * per + (item_max + e.q - 1) / e.q + kItemOverheadBlocks;
+    }
+  }
+  return e;
 }
 
 __global__ void __launch_bounds__(kSchedThreads)
@@ -57,9 +107,11 @@ __global__ void __launch_bounds__(kSchedThreads)
   } tmp;
   __shared__ long long s_total;
   __shared__ int s_carry[3];
-  __shared__ unsigned long long s_wave_items[kNumWaveChoices];
-  __shared__ int s_wave_item_max[kNumWaveChoices];
-  __shared__ int s_waves;
+  __shared__ unsigned s_cand_items[kNumCandidates], s_cand_parts[kNumCandidates];
+  __shared__ int s_cand_max[kNumCandidates], s_cand_min[kNumCandidates];
+  __shared__ Estimate s_cand_est[kNumCandidates];
+  __shared__ int s_cand;      // the chosen candidate
+  __shared__ int s_refine_q;  // its last wave's pieces an item (1: not refined)
   // The main kernel may start launching now; it waits for this kernel's completion (pdl_wait)
   // before it reads the work list.
   pdl_launch_dependents();
@@ -110,44 +162,88 @@ __global__ void __launch_bounds__(kSchedThreads)
   const long long total = Reduce(tmp.reduce).Sum(cost);
   if (threadIdx.x == 0) {
     s_total = total;
-    for (int k = 0; k < kNumWaveChoices; ++k) {
-      s_wave_items[k] = 0;
-      s_wave_item_max[k] = 0;
+    for (int k = 0; k < kNumCandidates; ++k) {
+      s_cand_items[k] = s_cand_parts[k] = 0;
+      s_cand_max[k] = 0;
+      s_cand_min[k] = INT_MAX;
     }
   }
   __syncthreads();
   const long long total_cost = s_total > 0 ? s_total : 1;
 
-  // Pass 1b: how many waves to aim for. For each choice k, the splits below with a target of
-  // k * target_items give an item count and a largest item; the estimate is
-  // ceil(items / target_items) waves of that largest item (plus kItemOverheadBlocks). One wave
-  // (k = 1) unless more waves are clearly better, as when the row tiles alone outnumber the CTAs.
-  for (int b = threadIdx.x; b < batch; b += kSchedThreads) {
-    const RequestSched rs = kp.sched[b];
-    if (rs.q_len == 0) continue;
-    for (int k = 0; k < kNumWaveChoices && kWaveChoices[k] <= kp.max_waves; ++k) {
-      const int splits = splits_for(rs.pblocks, kWaveChoices[k] * kp.target_items, total_cost);
-      atomicAdd(&s_wave_items[k], static_cast<unsigned long long>(rs.tiles) * splits);
-      atomicMax(&s_wave_item_max[k], (rs.pblocks + splits - 1) / splits + kItemOverheadBlocks);
+  // Pass 1b: how many waves to aim for. For each candidate (a wave choice k, splits rounded down
+  // or up), the splits below give an item count, the largest and smallest item and the partial
+  // slots; the estimate (candidate_estimate) is the waves of the largest item, the last one
+  // refined when it can be. One wave rounded down (candidate 0) unless another is clearly (3%)
+  // better. Each warp reduces its requests' figures before one thread adds them in.
+  const double grid_share = static_cast<double>(kp.target_items) / static_cast<double>(total_cost);
+  const int lane = threadIdx.x & 31;
+  for (int base = 0; base < batch; base += kSchedThreads) {
+    const int b = base + threadIdx.x;
+    RequestSched rs{};
+    if (b < batch) rs = kp.sched[b];
+    const bool live = b < batch && rs.q_len > 0;
+    if (!__any_sync(0xffffffffu, live)) continue;  // warp-uniform: no request of this warp counts
+    const double x = static_cast<double>(rs.pblocks) * grid_share;
+    // Unrolled over the candidates (compile-time wave counts), so their reductions overlap: this
+    // pass is on every call's critical path.
+#pragma unroll
+    for (int c = 0; c < kNumCandidates; ++c) {
+      const int splits = live ? splits_for(rs.pblocks, x, cand_waves(c), cand_up(c)) : 1;
+      // A request's items are at most about k x grid + its tiles (its share x <= grid / tiles),
+      // so the batch's sums stay far below 2^31 (at most 8 grids plus every row tile).
+      const unsigned items = live ? static_cast<unsigned>(rs.tiles * splits) : 0u;
+      const unsigned parts = live && splits > 1 ? items : 0u;
+      const int imax = live ? (rs.pblocks + splits - 1) / splits : 0;
+      const int imin = live ? rs.pblocks / splits : INT_MAX;
+      const unsigned w_items = __reduce_add_sync(0xffffffffu, items);
+      const unsigned w_parts = __reduce_add_sync(0xffffffffu, parts);
+      const int w_max = __reduce_max_sync(0xffffffffu, imax);
+      const int w_min = __reduce_min_sync(0xffffffffu, imin);
+      if (lane == 0 && cand_waves(c) <= kp.max_waves) {
+        atomicAdd(&s_cand_items[c], w_items);
+        atomicAdd(&s_cand_parts[c], w_parts);
+        atomicMax(&s_cand_max[c], w_max);
+        atomicMin(&s_cand_min[c], w_min);
+      }
     }
+  }
+  __syncthreads();
+  if (threadIdx.x < kNumCandidates) {
+    const int c = threadIdx.x;
+    s_cand_est[c] =
+        cand_waves(c) <= kp.max_waves
+            ? candidate_estimate(s_cand_items[c], s_cand_max[c], s_cand_min[c], s_cand_parts[c],
+                                 kp.target_items, kp.partial_slots, kp.pair_rows == 0)
+            : Estimate{-1, -1, 1};
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const long long t = kp.target_items > 0 ? kp.target_items : 1;
-    int best = 0;
-    long long best_est = -1;
-    for (int k = 0; k < kNumWaveChoices && kWaveChoices[k] <= kp.max_waves; ++k) {
-      const long long waves = (static_cast<long long>(s_wave_items[k]) + t - 1) / t;
-      const long long est = waves * s_wave_item_max[k];
-      if (best_est < 0 || est * 100 < best_est * 97) {  // a later choice must win by 3%
-        best = k;
-        best_est = est;
+    // The plain estimates in order, a later candidate taken only when 3% better; a refined last
+    // wave only when 6% better than that (measured: its pieces cost the sm90a family more than
+    // the estimate's overhead says; 1 x 16 x 65 x 131072, 3.5% estimated, ran 3-5% slower).
+    int best = 0, best_r = -1;
+    long long best_est = -1, best_ref = -1;
+    for (int c = 0; c < kNumCandidates; ++c) {
+      const Estimate e = s_cand_est[c];
+      if (e.plain >= 0 && (best_est < 0 || e.plain * 100 < best_est * 97)) {
+        best = c;
+        best_est = e.plain;
+      }
+      if (e.refined >= 0 && (best_ref < 0 || e.refined < best_ref)) {
+        best_r = c;
+        best_ref = e.refined;
       }
     }
-    s_waves = kp.pair_rows > 0 ? 1 : kWaveChoices[best];  // pair mode keeps one wave
+    const bool refine = best_r >= 0 && best_ref * 100 < best_est * 94;
+    // Pair mode keeps one wave, rounded down, unrefined.
+    s_cand = kp.pair_rows > 0 ? 0 : refine ? best_r : best;
+    s_refine_q = kp.pair_rows > 0 || !refine ? 1 : s_cand_est[best_r].q;
   }
   __syncthreads();
-  const long long target = static_cast<long long>(s_waves) * kp.target_items;
+  const int waves = cand_waves(s_cand);
+  const bool round_up = cand_up(s_cand);
+  const long long target = static_cast<long long>(waves) * kp.target_items;
 
   // Pass 2: splits and exclusive scans of items, partial slots and combine groups.
   if (threadIdx.x == 0) s_carry[0] = s_carry[1] = s_carry[2] = 0;
@@ -166,7 +262,8 @@ __global__ void __launch_bounds__(kSchedThreads)
         rs.splits = 2 * static_cast<int>(max(1LL, min(by_share, by_min / 2)));
         items = rs.tiles * rs.splits / 2;
       } else {
-        rs.splits = splits_for(rs.pblocks, target, total_cost);
+        rs.splits =
+            splits_for(rs.pblocks, static_cast<double>(rs.pblocks) * grid_share, waves, round_up);
         items = rs.tiles * rs.splits;
       }
       parts = rs.splits > 1 ? rs.tiles * rs.splits : 0;
@@ -196,8 +293,25 @@ __global__ void __launch_bounds__(kSchedThreads)
     kp.item_base[batch] = s_carry[0];
     kp.group_base[batch] = s_carry[2];
     int items = s_carry[0], groups = s_carry[2];
-    if (s_carry[1] > kp.partial_slots) {
-      record_status(kp.hdr, kStatusPartials, -1, s_carry[1], kp.partial_slots);
+    // The last wave (header): the items after F whole waves, each cut into q pieces.
+    WorkRefine rf{};
+    rf.first = items;
+    rf.count = 0;
+    rf.q = 1;
+    rf.extra_base = s_carry[1];
+    rf.base_groups = groups;
+    const int g = kp.target_items > 0 ? kp.target_items : 1;
+    if (s_refine_q > 1 && items > g && items % g != 0) {
+      rf.first = items / g * g;
+      rf.count = items - rf.first;
+      rf.q = s_refine_q;
+      items = rf.first + rf.count * rf.q;
+      groups += rf.count;
+    }
+    *kp.refine = rf;
+    const int slots = rf.extra_base + rf.count * rf.q;
+    if (slots > kp.partial_slots) {
+      record_status(kp.hdr, kStatusPartials, -1, slots, kp.partial_slots);
       items = 0;
       groups = 0;
     }

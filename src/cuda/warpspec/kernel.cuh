@@ -304,7 +304,8 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       }
 #if TREEMLA_KERNEL_MUTATION == 2
       // mutation: the split's first key dropped
-      if (blk == blk0 && it.n_pb > 0 && it.split > 0 && q4 == 0) own[0][0] = own[0][2] = -INFINITY;
+      if (blk == blk0 && it.n_pb > 0 && it.pb_begin > 0 && q4 == 0)
+        own[0][0] = own[0][2] = -INFINITY;
 #endif
       // ---- online softmax of the 16 rows this warp owns ----
       float alpha0, alpha1;
@@ -531,8 +532,8 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
     for (int mt = 0; mt < 2; ++mt) {
       const int rl = 32 * rg + 16 * mt + g;
       const TileRows tr{rl, grow + rl, rl < it.rows, rl + 8 < it.rows, cq == 0 && q4 == 0};
-      write_tile_rows<T, 16>(kp, rs, it.split, it.tile, o[mt], ml[mt][0].x, ml[mt][1].x,
-                             ml[mt][0].y, ml[mt][1].y, tr, 128 * cq, q4);
+      write_tile_rows<T, 16>(kp, it.slot, o[mt], ml[mt][0].x, ml[mt][1].x, ml[mt][0].y, ml[mt][1].y,
+                             tr, 128 * cq, q4);
     }
   }
 }
