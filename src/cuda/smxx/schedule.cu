@@ -97,16 +97,24 @@ __device__ __forceinline__ Estimate candidate_estimate(unsigned n, int item_max,
   return e;
 }
 
-__global__ void __launch_bounds__(kSchedThreads)
+// A request's work items, partial slots and combine groups, scanned in one pass (pass 2).
+struct Counts {
+  int items, parts, groups;
+};
+__device__ __forceinline__ Counts operator+(const Counts& a, const Counts& b) {
+  return Counts{a.items + b.items, a.parts + b.parts, a.groups + b.groups};
+}
+
+__global__ void __launch_bounds__(kSchedThreads, 1)
     verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
   using Reduce = cub::BlockReduce<long long, kSchedThreads>;
-  using Scan = cub::BlockScan<int, kSchedThreads>;
+  using Scan = cub::BlockScan<Counts, kSchedThreads>;
   __shared__ union {
     typename Reduce::TempStorage reduce;
     typename Scan::TempStorage scan;
   } tmp;
   __shared__ long long s_total;
-  __shared__ int s_carry[3];
+  __shared__ Counts s_carry;
   __shared__ unsigned s_cand_items[kNumCandidates], s_cand_parts[kNumCandidates];
   __shared__ int s_cand_max[kNumCandidates], s_cand_min[kNumCandidates];
   __shared__ Estimate s_cand_est[kNumCandidates];
@@ -122,8 +130,11 @@ __global__ void __launch_bounds__(kSchedThreads)
   const int* ip = kp.p.q_indptr;
   const bool with_prefix = kp.p.part != VerifyPart::kTail;
 
-  // Pass 1: per-request shape, checks, total cost.
+  // Pass 1: per-request shape, checks, total cost. Each thread keeps its first request (all of
+  // them when batch <= kSchedThreads) in registers for the passes below: the schedule is on
+  // every call's critical path, and a read back of kp.sched is a round trip to the L2.
   long long cost = 0;
+  RequestSched rs_own{};
   for (int b = threadIdx.x; b < batch; b += kSchedThreads) {
     const int lo = ip[b], hi = ip[b + 1];
     int prefix = kp.p.prefix_lens[b];
@@ -157,6 +168,7 @@ __global__ void __launch_bounds__(kSchedThreads)
     rs.tiles = (q_len * H + kBlockM - 1) / kBlockM;
     rs.pblocks = with_prefix ? (prefix + block_n - 1) / block_n : 0;
     kp.sched[b] = rs;
+    if (b == static_cast<int>(threadIdx.x)) rs_own = rs;
     cost += static_cast<long long>(rs.tiles) * rs.pblocks;
   }
   const long long total = Reduce(tmp.reduce).Sum(cost);
@@ -181,7 +193,7 @@ __global__ void __launch_bounds__(kSchedThreads)
   for (int base = 0; base < batch; base += kSchedThreads) {
     const int b = base + threadIdx.x;
     RequestSched rs{};
-    if (b < batch) rs = kp.sched[b];
+    if (b < batch) rs = base == 0 ? rs_own : kp.sched[b];
     const bool live = b < batch && rs.q_len > 0;
     if (!__any_sync(0xffffffffu, live)) continue;  // warp-uniform: no request of this warp counts
     const double x = static_cast<double>(rs.pblocks) * grid_share;
@@ -245,60 +257,52 @@ __global__ void __launch_bounds__(kSchedThreads)
   const bool round_up = cand_up(s_cand);
   const long long target = static_cast<long long>(waves) * kp.target_items;
 
-  // Pass 2: splits and exclusive scans of items, partial slots and combine groups.
-  if (threadIdx.x == 0) s_carry[0] = s_carry[1] = s_carry[2] = 0;
+  // Pass 2: splits and one exclusive scan of items, partial slots and combine groups.
+  if (threadIdx.x == 0) s_carry = Counts{0, 0, 0};
   __syncthreads();
   for (int base = 0; base < batch; base += kSchedThreads) {
     const int b = base + threadIdx.x;
-    int items = 0, parts = 0, groups = 0;
+    Counts mine{0, 0, 0};
     RequestSched rs{};
     if (b < batch) {
-      rs = kp.sched[b];
+      rs = base == 0 ? rs_own : kp.sched[b];
       const long long by_share = static_cast<long long>(rs.pblocks) * target / total_cost;
       const long long by_min = rs.pblocks / kMinChunkBlocks;
       rs.pair = kp.pair_rows > 0 && rs.q_len > 0 && rs.q_len * H <= kp.pair_rows && by_share >= 1 &&
                 rs.pblocks >= 2 * kMinChunkBlocks;
       if (rs.pair) {
         rs.splits = 2 * static_cast<int>(max(1LL, min(by_share, by_min / 2)));
-        items = rs.tiles * rs.splits / 2;
+        mine.items = rs.tiles * rs.splits / 2;
       } else {
         rs.splits =
             splits_for(rs.pblocks, static_cast<double>(rs.pblocks) * grid_share, waves, round_up);
-        items = rs.tiles * rs.splits;
+        mine.items = rs.tiles * rs.splits;
       }
-      parts = rs.splits > 1 ? rs.tiles * rs.splits : 0;
-      groups = rs.splits > 1 ? rs.tiles : 0;
+      mine.parts = rs.splits > 1 ? rs.tiles * rs.splits : 0;
+      mine.groups = rs.splits > 1 ? rs.tiles : 0;
     }
-    int ex_items, ex_parts, ex_groups, agg_items, agg_parts, agg_groups;
-    Scan(tmp.scan).ExclusiveSum(items, ex_items, agg_items);
-    __syncthreads();
-    Scan(tmp.scan).ExclusiveSum(parts, ex_parts, agg_parts);
-    __syncthreads();
-    Scan(tmp.scan).ExclusiveSum(groups, ex_groups, agg_groups);
+    Counts ex, agg;
+    Scan(tmp.scan).ExclusiveSum(mine, ex, agg);
     if (b < batch) {
-      rs.part_base = s_carry[1] + ex_parts;
+      rs.part_base = s_carry.parts + ex.parts;
       kp.sched[b] = rs;
-      kp.item_base[b] = s_carry[0] + ex_items;
-      kp.group_base[b] = s_carry[2] + ex_groups;
+      kp.item_base[b] = s_carry.items + ex.items;
+      kp.group_base[b] = s_carry.groups + ex.groups;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      s_carry[0] += agg_items;
-      s_carry[1] += agg_parts;
-      s_carry[2] += agg_groups;
-    }
+    if (threadIdx.x == 0) s_carry = s_carry + agg;
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    kp.item_base[batch] = s_carry[0];
-    kp.group_base[batch] = s_carry[2];
-    int items = s_carry[0], groups = s_carry[2];
+    kp.item_base[batch] = s_carry.items;
+    kp.group_base[batch] = s_carry.groups;
+    int items = s_carry.items, groups = s_carry.groups;
     // The last wave (header): the items after F whole waves, each cut into q pieces.
     WorkRefine rf{};
     rf.first = items;
     rf.count = 0;
     rf.q = 1;
-    rf.extra_base = s_carry[1];
+    rf.extra_base = s_carry.parts;
     rf.base_groups = groups;
     const int g = kp.target_items > 0 ? kp.target_items : 1;
     if (s_refine_q > 1 && items > g && items % g != 0) {
