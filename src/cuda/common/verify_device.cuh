@@ -111,33 +111,50 @@ struct WorkItem {
   int pb_begin, pb_end;
   bool tail;
   int64_t slot;
+  RequestSched rs;  // request b's schedule entry (kp.sched[b])
 };
-__device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int item) {
-  // The item's place in the list is looked up before the refinement is known, so that both
-  // loads are in flight at once (a work item's start is on the kernel's critical path); a piece
-  // looks its item up again.
-  const WorkRefine rf = *kp.refine;
-  ItemPos pos = locate_item(kp, item);
-  int k = 0, q = 1;
-  const bool piece = rf.count > 0 && item >= rf.first;
+// The work list's size and where its refined pieces start (WorkspaceHeader), in one 16-byte load
+// of the header's first row: a main kernel needs both before its first item.
+struct ListCounts {
+  int num_items, refine_first;
+};
+__device__ __forceinline__ ListCounts list_counts(const WorkspaceHeader* hdr) {
+  static_assert(
+      offsetof(WorkspaceHeader, num_items) == 4 && offsetof(WorkspaceHeader, refine_first) == 12,
+      "the header's first 16 bytes: counter, num_items, num_groups, refine_first");
+  const int4 v = *reinterpret_cast<const int4*>(hdr);
+  return ListCounts{v.y, v.w};
+}
+
+// `first`: the header's refine_first (list_counts). Whether the item is a piece is known from it,
+// so a plain item's lookups do not wait for the refinement's load: a work item's start is on the
+// kernel's critical path, and each level of dependent loads is an L2 round trip. Only a piece
+// (the last wave) loads the refinement before it looks up its item.
+__device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int item, int first) {
+  int k = 0, q = 1, at = item;
+  int64_t piece_slot = -1;
+  const bool piece = item >= first;
   if (piece) {
-    q = rf.q;
-    const int base = rf.first + (item - rf.first) / q;
-    k = (item - rf.first) - (base - rf.first) * q;
-    pos = locate_item(kp, base);
+    const WorkRefine rf = *kp.refine;
+    q = max(rf.q, 1);
+    at = first + (item - first) / q;
+    k = (item - first) - (at - first) * q;
+    piece_slot = static_cast<int64_t>(rf.extra_base) + (item - first);
   }
-  const RequestSched& rs = kp.sched[pos.b];
+  const ItemPos pos = locate_item(kp, at);
+  const RequestSched rs = kp.sched[pos.b];
   WorkItem w;
   w.b = pos.b;
   w.tile = pos.tile;
   w.split = pos.index;
+  w.rs = rs;
   int b0, e0;
   split_range(rs, pos.index, b0, e0);
   const int len = e0 - b0;
   w.pb_begin = b0 + static_cast<int>(static_cast<int64_t>(k) * len / q);
   w.pb_end = b0 + static_cast<int>(static_cast<int64_t>(k + 1) * len / q);
   w.tail = split_has_tail(kp, rs, pos.index) && k == q - 1;
-  w.slot = piece           ? static_cast<int64_t>(rf.extra_base) + (item - rf.first)
+  w.slot = piece           ? piece_slot
            : rs.splits > 1 ? rs.part_base + static_cast<int64_t>(pos.index) * rs.tiles + pos.tile
                            : -1;
   return w;
@@ -198,10 +215,10 @@ struct HalfItem {
   uint64_t tail_bits;
   int64_t slot;
 };
-__device__ __forceinline__ HalfItem half_item_at(const VerifyKernelParams& kp, int item, int lane,
-                                                 int max_rows) {
-  const WorkItem w = work_item(kp, item);
-  const RequestSched& rs = kp.sched[w.b];
+__device__ __forceinline__ HalfItem half_item_at(const VerifyKernelParams& kp, int item,
+                                                 int refine_first, int lane, int max_rows) {
+  const WorkItem w = work_item(kp, item, refine_first);
+  const RequestSched& rs = w.rs;
   HalfItem it;
   it.b = w.b;
   it.tile = w.tile;

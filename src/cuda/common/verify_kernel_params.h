@@ -16,10 +16,12 @@ constexpr int kMinChunkBlocks = 8;  // a work item reads at least this many pref
 constexpr int kMaxWaves = 8;        // the schedule aims for at most this many waves of work items
 
 struct WorkspaceHeader {
-  int counter;     // next work item of the main kernel; reset by schedule and combine
-  int num_items;   // work items of this call
-  int num_groups;  // (request, tile) groups with more than one split
-  int reserved;
+  int counter;          // next work item of the main kernel; reset by schedule and combine
+  int num_items;        // work items of this call
+  int num_groups;       // (request, tile) groups with more than one split
+  int refine_first;     // WorkRefine::first: work items from here on are pieces of the refined last
+                        // wave (num_items when none are); beside num_items, so that a main kernel
+                        // knows at once whether an item is a piece
   DeviceStatus status;  // first failed device-side check (device_status.h); check_status reads it
 };
 static_assert(offsetof(WorkspaceHeader, status) == 16 && sizeof(WorkspaceHeader) == 40,

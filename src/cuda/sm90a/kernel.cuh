@@ -566,10 +566,11 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 // start, or, through mbarriers, 2-8% of the whole kernel by shape: docs/verify-kernel.md).
 __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t n) {
   const int item = static_cast<int>(blockIdx.x + n * gridDim.x);
-  if (item >= kp.hdr->num_items) return false;
-  const WorkItem w = work_item(kp, item);
+  const ListCounts lc = list_counts(kp.hdr);
+  if (item >= lc.num_items) return false;
+  const WorkItem w = work_item(kp, item, lc.refine_first);
   d.b = w.b;
-  d.rs = kp.sched[d.b];
+  d.rs = w.rs;
   d.tile = w.tile;
   d.slot = w.slot;
   d.H = kp.p.num_heads;

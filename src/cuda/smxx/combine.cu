@@ -34,46 +34,57 @@ struct GroupSlots {
   int64_t part0;  // slot of split 0 (part_base + tile)
   int64_t item0;  // work item of split 0, minus refine.first
   int extra_base;
+  RequestSched rs;  // request b's schedule entry
   __device__ __forceinline__ int64_t slot(int f) const {
     if (f < s0) return part0 + static_cast<int64_t>(f) * tiles;
     const int j = (f - s0) / q;
     return extra_base + (item0 + static_cast<int64_t>(s0 + j) * tiles) * q + (f - s0 - j * q);
   }
 };
-__device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, int grp) {
-  // The group's request is looked up as if it were a split group while the refinement loads, so
-  // that both loads are in flight at once (each row is a chain of dependent loads).
-  const WorkRefine rf = *kp.refine;
-  const int bs = find_base(kp.group_base, kp.p.batch, grp);
+__device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, int grp,
+                                                  bool refined) {
   GroupSlots g;
-  g.q = rf.count > 0 ? rf.q : 1;
+  if (!refined) {
+    // Most calls: no refined last wave (known from the header), so no load of the refinement
+    // in the chain of dependent loads that each row is.
+    g.b = find_base(kp.group_base, kp.p.batch, grp);
+    g.rs = kp.sched[g.b];
+    g.tile = grp - kp.group_base[g.b];
+    g.tiles = g.rs.tiles;
+    g.part0 = g.rs.part_base + static_cast<int64_t>(g.tile);
+    g.s0 = g.n = g.rs.splits;
+    g.q = 1;
+    g.item0 = 0;
+    g.extra_base = 0;
+    return g;
+  }
+  const WorkRefine rf = *kp.refine;
+  g.q = max(rf.q, 1);
   g.extra_base = rf.extra_base;
   if (grp < rf.base_groups) {
-    g.b = bs;
-    const RequestSched& rs = kp.sched[g.b];
+    g.b = find_base(kp.group_base, kp.p.batch, grp);
+    g.rs = kp.sched[g.b];
+    const RequestSched& rs = g.rs;
     g.tile = grp - kp.group_base[g.b];
     g.tiles = rs.tiles;
     g.part0 = rs.part_base + static_cast<int64_t>(g.tile);
+    const int64_t ib = static_cast<int64_t>(kp.item_base[g.b]) + g.tile;  // split 0's item
+    g.item0 = ib - rf.first;
     g.s0 = rs.splits;
-    g.item0 = 0;
-    if (rf.count > 0) {
-      const int64_t ib = static_cast<int64_t>(kp.item_base[g.b]) + g.tile;  // split 0's item
-      g.item0 = ib - rf.first;
-      if (ib + static_cast<int64_t>(rs.splits - 1) * rs.tiles >= rf.first)
-        g.s0 = ib >= rf.first ? 0 : static_cast<int>((rf.first - ib + rs.tiles - 1) / rs.tiles);
-    }
+    if (ib + static_cast<int64_t>(rs.splits - 1) * rs.tiles >= rf.first)
+      g.s0 = ib >= rf.first ? 0 : static_cast<int>((rf.first - ib + rs.tiles - 1) / rs.tiles);
     g.n = g.s0 + (rs.splits - g.s0) * g.q;
   } else {
     const int r = grp - rf.base_groups;
     const int item = rf.first + r;
     g.b = find_base(kp.item_base, kp.p.batch, item);
-    const RequestSched& rs = kp.sched[g.b];
+    g.rs = kp.sched[g.b];
     g.tile = item - kp.item_base[g.b];  // one split: the item's index in the request is its tile
     g.tiles = 1;
     g.part0 = 0;
     g.item0 = r;
     g.s0 = 0;
-    g.n = rs.splits == 1 ? g.q : 0;
+    g.n = g.rs.splits == 1 ? g.q : 0;
   }
   return g;
 }
@@ -83,13 +94,13 @@ __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, 
 // 32 quarter + lane).
 template <typename T, int kQuarters>
 __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int grp, int rl,
-                                            int quarter, int lane) {
+                                            int quarter, int lane, bool refined) {
   constexpr int kF4 = 4 / kQuarters;  // float4 a lane and split
   constexpr float kLn2 = 0.69314718055994530942f;
   const int H = kp.p.num_heads;
-  const GroupSlots gs = group_slots(kp, grp);
+  const GroupSlots gs = group_slots(kp, grp, refined);
   if (gs.n == 0) return;
-  const RequestSched rs = kp.sched[gs.b];
+  const RequestSched& rs = gs.rs;
   const int r = gs.tile * kBlockM + rl;
   if (r >= rs.q_len * H) return;
   auto slot_of = [&](int f) { return gs.slot(f); };
@@ -151,6 +162,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   pdl_wait();  // the main kernel has completed
   pdl_launch_dependents();
   const long long total_rows = static_cast<long long>(kp.hdr->num_groups) * kBlockM;
+  const bool refined = kp.hdr->refine_first < kp.hdr->num_items;  // a refined last wave
   const long long grid_warps = static_cast<long long>(gridDim.x) * kWarps;
   const long long first = static_cast<long long>(blockIdx.x) * kWarps + warp;
   // Rows strided over every warp of the grid: a few groups of many splits (one long request)
@@ -159,12 +171,12 @@ __global__ void __launch_bounds__(kCombineThreads)
     for (long long task = first; task < 4 * total_rows; task += grid_warps) {
       const long long gr = task >> 2;
       combine_row<T, 4>(kp, static_cast<int>(gr / kBlockM), static_cast<int>(gr % kBlockM),
-                        static_cast<int>(task & 3), lane);
+                        static_cast<int>(task & 3), lane, refined);
     }
   } else {
     for (long long gr = first; gr < total_rows; gr += grid_warps)
-      combine_row<T, 1>(kp, static_cast<int>(gr / kBlockM), static_cast<int>(gr % kBlockM), 0,
-                        lane);
+      combine_row<T, 1>(kp, static_cast<int>(gr / kBlockM), static_cast<int>(gr % kBlockM), 0, lane,
+                        refined);
   }
   // Every main-kernel CTA has finished (kernel boundary): reset its counter for the next run.
   if (blockIdx.x == 0 && threadIdx.x == 0) kp.hdr->counter = 0;

@@ -313,6 +313,7 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
       groups += rf.count;
     }
     *kp.refine = rf;
+    kp.hdr->refine_first = rf.first;
     const int slots = rf.extra_base + rf.count * rf.q;
     if (slots > kp.partial_slots) {
       record_status(kp.hdr, kStatusPartials, -1, slots, kp.partial_slots);

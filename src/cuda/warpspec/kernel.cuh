@@ -183,9 +183,10 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       (((mat >> 1) * 8 + (lane & 7)) * Tr::kRowStride + 288 * kh + (mat & 1) * 8) * 2;
   uint32_t blk = 0;  // 16-key blocks this CTA has run, across items (the ring's position)
   uint32_t n_item = 0;
-  const int num_items = kp.hdr->num_items;
+  const ListCounts lc = list_counts(kp.hdr);
+  const int num_items = lc.num_items;
   for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
-    const HalfItem it = half_item_at(kp, item, lane, kBlockM);
+    const HalfItem it = half_item_at(kp, item, lc.refine_first, lane, kBlockM);
     const RequestSched& rs = kp.sched[it.b];
     const int64_t qrow0 = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM + 32 * rg;
 
@@ -426,9 +427,10 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   float o[2][16][4];
   uint32_t blk = 0;
   uint32_t n_item = 0;
-  const int num_items = kp.hdr->num_items;
+  const ListCounts lc = list_counts(kp.hdr);
+  const int num_items = lc.num_items;
   for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
-    const HalfItem it = half_item_at(kp, item, lane, kBlockM);
+    const HalfItem it = half_item_at(kp, item, lc.refine_first, lane, kBlockM);
     const int n_blocks = it.n_blocks;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
