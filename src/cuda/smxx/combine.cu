@@ -32,30 +32,30 @@ constexpr int kCombineThreads = 256;
 struct GroupSlots {
   int b, tile, n, s0, q, tiles;
   int64_t part0;  // slot of split 0 (part_base + tile)
-  int64_t item0;  // work item of split 0, minus refine.first
+  int item0;      // work item of split 0, minus refine.first
   int extra_base;
   RequestSched rs;  // request b's schedule entry
   __device__ __forceinline__ int64_t slot(int f) const {
     if (f < s0) return part0 + static_cast<int64_t>(f) * tiles;
-    const int j = (f - s0) / q;
-    return extra_base + (item0 + static_cast<int64_t>(s0 + j) * tiles) * q + (f - s0 - j * q);
+    const int j = (f - s0) / q;  // the refined split, and piece f - s0 - j q of it
+    return extra_base + static_cast<int64_t>(item0 + (s0 + j) * tiles) * q + (f - s0 - j * q);
   }
 };
 __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, int grp,
                                                   bool refined) {
   GroupSlots g;
+  g.q = 1;
+  g.item0 = 0;
+  g.extra_base = 0;
   if (!refined) {
-    // Most calls: no refined last wave (known from the header), so no load of the refinement
-    // in the chain of dependent loads that each row is.
+    // Most calls (refine_first >= num_items, from the header): the group is (request, tile) of a
+    // request with several splits, and no load waits for the refinement.
     g.b = find_base(kp.group_base, kp.p.batch, grp);
     g.rs = kp.sched[g.b];
     g.tile = grp - kp.group_base[g.b];
     g.tiles = g.rs.tiles;
     g.part0 = g.rs.part_base + static_cast<int64_t>(g.tile);
     g.s0 = g.n = g.rs.splits;
-    g.q = 1;
-    g.item0 = 0;
-    g.extra_base = 0;
     return g;
   }
   const WorkRefine rf = *kp.refine;
@@ -68,11 +68,12 @@ __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, 
     g.tile = grp - kp.group_base[g.b];
     g.tiles = rs.tiles;
     g.part0 = rs.part_base + static_cast<int64_t>(g.tile);
-    const int64_t ib = static_cast<int64_t>(kp.item_base[g.b]) + g.tile;  // split 0's item
+    // 32-bit: work item indices are below num_items (an int).
+    const int ib = kp.item_base[g.b] + g.tile;  // split 0's item
     g.item0 = ib - rf.first;
     g.s0 = rs.splits;
-    if (ib + static_cast<int64_t>(rs.splits - 1) * rs.tiles >= rf.first)
-      g.s0 = ib >= rf.first ? 0 : static_cast<int>((rf.first - ib + rs.tiles - 1) / rs.tiles);
+    if (ib + (rs.splits - 1) * rs.tiles >= rf.first)
+      g.s0 = ib >= rf.first ? 0 : (rf.first - ib + rs.tiles - 1) / rs.tiles;
     g.n = g.s0 + (rs.splits - g.s0) * g.q;
   } else {
     const int r = grp - rf.base_groups;
@@ -91,7 +92,10 @@ __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, 
 
 // Merges row `rl` of group `grp`: all 512 columns (kQuarters = 1; the lane's float4 indices
 // lane + 32 i of the row, i < 4) or the 128 of one quarter (kQuarters = 4; float4 index
-// 32 quarter + lane).
+// 32 quarter + lane). One unrolled loop over the plain splits and a rolled one over the refined
+// pieces: the kernel's code stays near its size before the refinement existed, and that size
+// shows in every call, even one with nothing to merge (docs/verify-kernel.md, "The combine
+// kernel").
 template <typename T, int kQuarters>
 __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int grp, int rl,
                                             int quarter, int lane, bool refined) {
@@ -103,9 +107,8 @@ __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int gr
   const RequestSched& rs = gs.rs;
   const int r = gs.tile * kBlockM + rl;
   if (r >= rs.q_len * H) return;
-  auto slot_of = [&](int f) { return gs.slot(f); };
   float mx = -INFINITY;
-  for (int f = lane; f < gs.n; f += 32) mx = fmaxf(mx, kp.part_lse[slot_of(f) * kBlockM + rl]);
+  for (int f = lane; f < gs.n; f += 32) mx = fmaxf(mx, kp.part_lse[gs.slot(f) * kBlockM + rl]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   const int64_t grow = static_cast<int64_t>(rs.q_start) * H + r;
@@ -132,15 +135,11 @@ __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int gr
   };
   if (mx != -INFINITY) {
     // Partials are finite (an empty split wrote O = 0), so weight-0 ones need no skip and the
-    // loop unrolls: several splits' loads in flight at once. A group with no refined split
-    // (most) takes the plain loop, whose slots are a stride apart.
-    if (gs.s0 >= gs.n) {
+    // plain loop unrolls: several splits' loads in flight at once.
 #pragma unroll(kQuarters == 1 ? 4 : 16)
-      for (int f = 0; f < gs.n; ++f) add(gs.part0 + static_cast<int64_t>(f) * gs.tiles);
-    } else {
-#pragma unroll(kQuarters == 1 ? 4 : 16)
-      for (int f = 0; f < gs.n; ++f) add(gs.slot(f));
-    }
+    for (int f = 0; f < gs.s0; ++f) add(gs.part0 + static_cast<int64_t>(f) * gs.tiles);
+#pragma unroll 1
+    for (int f = gs.s0; f < gs.n; ++f) add(gs.slot(f));
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
