@@ -306,9 +306,17 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   return plan;
 }
 
-void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
+// The workspace every entry point takes: non-null, and 16-byte aligned (the kernels read its
+// header and partial states with 16-byte loads; cudaMalloc's and torch's allocations are 256).
+static void check_workspace(const VerifyPlan& plan, const void* workspace) {
   TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = "
                                           << plan.workspace_bytes << ")");
+  TREEMLA_CHECK((reinterpret_cast<uintptr_t>(workspace) & 15) == 0,
+                "workspace must be 16-byte aligned (got address " << workspace << ")");
+}
+
+void init_workspace(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
+  check_workspace(plan, workspace);
   TREEMLA_CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_init_bytes, stream));
 }
 
@@ -357,8 +365,7 @@ static bool use_pdl(const VerifyPlan& plan) {
 void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* workspace,
                      cudaStream_t stream) {
   check_params(p, plan);
-  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null (plan.workspace_bytes = "
-                                          << plan.workspace_bytes << ")");
+  check_workspace(plan, workspace);
   const VerifyKernelParams kp = kernel_params(p, plan, workspace, nullptr, nullptr);
   launch_verify_schedule(kp, stream);
   TREEMLA_CHECK_LAUNCH("verify_schedule_kernel");
@@ -367,7 +374,7 @@ void verify_schedule(const VerifyParams& p, const VerifyPlan& plan, void* worksp
 void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, void* o, float* lse,
                 cudaStream_t stream) {
   check_params(p, plan);
-  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null");
+  check_workspace(plan, workspace);
   TREEMLA_CHECK(o != nullptr && lse != nullptr, "o and lse must be non-null");
   TREEMLA_CHECK((reinterpret_cast<uintptr_t>(o) & 15) == 0, "o must be 16-byte aligned");
   const VerifyKernelParams kp = kernel_params(p, plan, workspace, o, lse);
@@ -398,7 +405,7 @@ void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* works
 }
 
 void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
-  TREEMLA_CHECK(workspace != nullptr, "workspace must be non-null");
+  check_workspace(plan, workspace);
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   auto* hdr = reinterpret_cast<WorkspaceHeader*>(static_cast<char*>(workspace) + l.header);
   const DeviceStatus h = take_device_status(&hdr->status, stream);

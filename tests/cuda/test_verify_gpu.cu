@@ -393,6 +393,16 @@ TEST(VerifyGpu, HostChecksNameTheArgument) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("max_q_len"), std::string::npos);
   }
+  // A misaligned workspace is refused on the host, before anything is enqueued.
+  char* misaligned = reinterpret_cast<char*>(uintptr_t{256} + 4);
+  try {
+    cuda::verify_schedule(d.p, plan, misaligned, 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("workspace must be 16-byte aligned"), std::string::npos)
+        << e.message();
+  }
+  EXPECT_THROW(cuda::init_workspace(plan, misaligned, 0), Error);
 }
 
 // What the plan picks by default and what it refuses, per device: kAuto is sm90a on sm_90 with

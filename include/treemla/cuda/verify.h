@@ -93,6 +93,8 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device = -1,
                             TileConfig tile = TileConfig::kAuto,
                             KernelFamily family = KernelFamily::kAuto);
 
+// The workspace of every call below: plan.workspace_bytes of device memory, 16-byte aligned
+// (cudaMalloc's allocations are); a null or misaligned one throws treemla::Error.
 // Enqueues the zeroing of the part of a new workspace that must be zero before its first use
 // (the device-side status record: its first plan.workspace_init_bytes bytes). Call once after
 // allocating it; later calls keep it valid.
