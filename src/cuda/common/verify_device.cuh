@@ -103,11 +103,11 @@ __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& 
 // tile, its prefix blocks [pb_begin, pb_end) (32 rows each, within the request's pblocks; the
 // last may end past prefix_len), whether it also attends the tree tail, and
 // where it writes: slot -1 is the final O and LSE (the item is the tile's only one), else the
-// partial slot. Items before refine.first are split `split` of (request, tile); a piece of the
+// partial slot. Items before refine.first are one split of (request, tile); a piece of the
 // refined last wave (WorkRefine) is piece k of q of such a split: the split's blocks cut into q
 // near-equal ranges, the tail with the last.
 struct WorkItem {
-  int b, tile, split;
+  int b, tile;
   int pb_begin, pb_end;
   bool tail;
   int64_t slot;
@@ -146,7 +146,6 @@ __device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int 
   WorkItem w;
   w.b = pos.b;
   w.tile = pos.tile;
-  w.split = pos.index;
   w.rs = rs;
   int b0, e0;
   split_range(rs, pos.index, b0, e0);

@@ -561,9 +561,9 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 // Work item n (0, 1, ...) of this CTA: items blockIdx.x, blockIdx.x + gridDim.x, ...; false when
 // the work list is done. The schedule makes near-equal items in whole waves of the grid (the last
 // one refined into pieces, WorkRefine), so this fixed assignment balances as a shared counter
-// would, and no thread has to wait for another to
-// learn its item (a counter's value handed over in shared memory cost a barrier at every item
-// start, or, through mbarriers, 2-8% of the whole kernel by shape: docs/verify-kernel.md).
+// would, and no thread has to wait for another to learn its item (a counter's value handed over in
+// shared memory cost a barrier at every item start, or, through mbarriers, 2-8% of the whole
+// kernel by shape: docs/verify-kernel.md).
 __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t n) {
   const int item = static_cast<int>(blockIdx.x + n * gridDim.x);
   const ListCounts lc = list_counts(kp.hdr);
