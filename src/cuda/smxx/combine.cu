@@ -1,12 +1,13 @@
 // Combine kernel (architecture-generic): merges the split partial states of every
 // (request, row tile) group with more than one split into the final O and LSE.
 // Grid: a fixed number of CTAs (graph safe). Each warp of the grid takes one (group, row) at a
-// time, strided over all of them, each lane owning 16 of the 512 output columns; when the rows
-// are few (four warps a row fit in the grid at once) each row is taken by four neighbouring warps
-// instead, one 128-column quarter each, a float4 a lane, so that four times the warps have loads
-// in flight (1 x 16 x 16 x 131072 on the H200: 4 groups x 33 splits, 256 rows for 1,056 warps).
-// With many rows the one-warp form is faster (fewer per-row setup loads a warp): measured,
-// docs/verify-kernel.md. Both forms add the splits in the same order. Partial LSEs are
+// time, strided over all of them (a group's rows: at most max_q_len x H of its 64, so a decode
+// plan's warps are not spent on rows no tile has), each lane owning 16 of the 512 output columns;
+// when the rows are few (four warps a row fit in the grid at once) each row is taken by four
+// neighbouring warps instead, one 128-column quarter each, a float4 a lane, so that four times the
+// warps have loads in flight (1 x 16 x 16 x 131072 on the H200: 4 groups x 33 splits, 256 rows for
+// 1,056 warps). With many rows the one-warp form is faster (fewer per-row setup loads a warp):
+// measured, docs/verify-kernel.md. Both forms add the splits in the same order. Partial LSEs are
 // log2-domain; an empty partial (-inf) gets weight 0; if all are empty the row is O = 0, LSE =
 // -inf.
 #include <cuda_bf16.h>
@@ -153,14 +154,21 @@ __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int gr
   if (quarter == 0 && lane == 0) kp.lse[grow] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
 }
 
+// The merge of every group (the kernel's work when some request has several splits). Out of
+// line: the kernel's idle path (no group) is then a few instructions at its entry instead of a
+// jump past this code. Measured in the fourteenth session, that did not change the cost of an
+// idle combine (docs/verify-kernel.md, "The combine kernel"); it stays because its build is the
+// one the GPU tests ran on.
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads)
-    verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {
+__device__ __noinline__ void combine_groups(const VerifyKernelParams& kp, int num_groups) {
   constexpr int kWarps = kCombineThreads / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  pdl_wait();  // the main kernel has completed
-  pdl_launch_dependents();
-  const long long total_rows = static_cast<long long>(kp.hdr->num_groups) * kBlockM;
+  // Rows of a group that can hold a row: a row tile has at most max_q_len x H rows (a decode
+  // plan's tiles have 16 or fewer), so the warps are spread over those rows only.
+  const int group_rows =
+      static_cast<int>(min(static_cast<long long>(kBlockM),
+                           static_cast<long long>(max(kp.max_q_len, 1)) * kp.p.num_heads));
+  const long long total_rows = static_cast<long long>(num_groups) * group_rows;
   const bool refined = kp.hdr->refine_first < kp.hdr->num_items;  // a refined last wave
   const long long grid_warps = static_cast<long long>(gridDim.x) * kWarps;
   const long long first = static_cast<long long>(blockIdx.x) * kWarps + warp;
@@ -169,14 +177,23 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (4 * total_rows <= grid_warps) {
     for (long long task = first; task < 4 * total_rows; task += grid_warps) {
       const long long gr = task >> 2;
-      combine_row<T, 4>(kp, static_cast<int>(gr / kBlockM), static_cast<int>(gr % kBlockM),
+      combine_row<T, 4>(kp, static_cast<int>(gr / group_rows), static_cast<int>(gr % group_rows),
                         static_cast<int>(task & 3), lane, refined);
     }
   } else {
     for (long long gr = first; gr < total_rows; gr += grid_warps)
-      combine_row<T, 1>(kp, static_cast<int>(gr / kBlockM), static_cast<int>(gr % kBlockM), 0, lane,
-                        refined);
+      combine_row<T, 1>(kp, static_cast<int>(gr / group_rows), static_cast<int>(gr % group_rows), 0,
+                        lane, refined);
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads)
+    verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {
+  pdl_wait();  // the main kernel has completed
+  pdl_launch_dependents();
+  const int num_groups = kp.hdr->num_groups;
+  if (num_groups > 0) combine_groups<T>(kp, num_groups);
   // Every main-kernel CTA has finished (kernel boundary): reset its counter for the next run.
   if (blockIdx.x == 0 && threadIdx.x == 0) kp.hdr->counter = 0;
 }
