@@ -42,6 +42,15 @@ struct GroupSlots {
     return extra_base + static_cast<int64_t>(item0 + (s0 + j) * tiles) * q + (f - s0 - j * q);
   }
 };
+// Group grp as (request, tile) of a request with several splits: every split a plain slot.
+__device__ __forceinline__ void split_group(const VerifyKernelParams& kp, int grp, GroupSlots& g) {
+  g.b = find_base(kp.group_base, kp.p.batch, grp);
+  g.rs = kp.sched[g.b];
+  g.tile = grp - kp.group_base[g.b];
+  g.tiles = g.rs.tiles;
+  g.part0 = g.rs.part_base + static_cast<int64_t>(g.tile);
+  g.s0 = g.n = g.rs.splits;
+}
 __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, int grp,
                                                   bool refined) {
   GroupSlots g;
@@ -49,30 +58,19 @@ __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, 
   g.item0 = 0;
   g.extra_base = 0;
   if (!refined) {
-    // Most calls (refine_first >= num_items, from the header): the group is (request, tile) of a
-    // request with several splits, and no load waits for the refinement.
-    g.b = find_base(kp.group_base, kp.p.batch, grp);
-    g.rs = kp.sched[g.b];
-    g.tile = grp - kp.group_base[g.b];
-    g.tiles = g.rs.tiles;
-    g.part0 = g.rs.part_base + static_cast<int64_t>(g.tile);
-    g.s0 = g.n = g.rs.splits;
+    // Most calls (refine_first >= num_items, from the header): no load waits for the refinement.
+    split_group(kp, grp, g);
     return g;
   }
   const WorkRefine rf = *kp.refine;
   g.q = max(rf.q, 1);
   g.extra_base = rf.extra_base;
   if (grp < rf.base_groups) {
-    g.b = find_base(kp.group_base, kp.p.batch, grp);
-    g.rs = kp.sched[g.b];
+    split_group(kp, grp, g);
     const RequestSched& rs = g.rs;
-    g.tile = grp - kp.group_base[g.b];
-    g.tiles = rs.tiles;
-    g.part0 = rs.part_base + static_cast<int64_t>(g.tile);
     // 32-bit: work item indices are below num_items (an int).
     const int ib = kp.item_base[g.b] + g.tile;  // split 0's item
     g.item0 = ib - rf.first;
-    g.s0 = rs.splits;
     if (ib + (rs.splits - 1) * rs.tiles >= rf.first)
       g.s0 = ib >= rf.first ? 0 : (rf.first - ib + rs.tiles - 1) / rs.tiles;
     g.n = g.s0 + (rs.splits - g.s0) * g.q;
