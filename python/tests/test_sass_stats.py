@@ -1,0 +1,118 @@
+"""scripts/sass-stats.py reads cuobjdump's listings: functions per architecture, backward-branch
+loops that hold tensor instructions and their spill loads and stores, register and stack use, the
+.text size, and a digest that ignores addresses. Checked on small listings written here in
+cuobjdump's format, and on a real build when one and a cuobjdump are at hand."""
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "sass-stats.py"
+
+SASS = """
+Fatbin elf code:
+================
+arch = sm_90a
+code version = [1,7]
+
+        code for sm_90a
+                Function : _Z6kernelv
+        .headerflags    @"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   MOV R1, c[0x0][0x28] ;              /* 0x00000a0000017a02 */
+        /*0010*/                   LDSM.16.M88.4 R4, [R2] ;            /* 0x000000000204783b */
+        /*0020*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ; /* 0x000000060408723c */
+        /*0030*/                   LDL R12, [R1+0x8] ;                 /* 0x00000800010c7983 */
+        /*0040*/                   SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R3+URZ], RZ ; /* 0x0 */
+        /*0050*/               @P0 BRA 0x10 ;                          /* 0x0000000000000947 */
+        /*0060*/                   STL [R1+0x8], R12 ;                 /* 0x0000080c01007387 */
+        /*0070*/              @!P1 BRA 0x60 ;                          /* 0x0000000000000947 */
+        /*0080*/                   EXIT ;                              /* 0x000000000000794d */
+"""
+
+RES = """
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function _Z6kernelv:
+  REG:168 STACK:80 SHARED:1024 LOCAL:0 CONSTANT[0]:736 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+ELF = """
+Fatbin elf code:
+================
+arch = sm_90a
+  14   3080   1480  0 80                     PROGBITS        6    3        3 .text._Z6kernelv
+"""
+
+
+@pytest.fixture(scope="module")
+def sass_stats():
+    spec = importlib.util.spec_from_file_location("treemla_sass_stats", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_parses_functions_loops_and_resources(sass_stats):
+    funcs = sass_stats.parse_sass(SASS)
+    assert list(funcs) == [("sm_90a", "_Z6kernelv")]
+    instrs = funcs[("sm_90a", "_Z6kernelv")]
+    assert len(instrs) == 9 and instrs[1] == (0x10, "LDSM.16.M88.4 R4, [R2]")
+    # The loop 0x10..0x50 holds the HMMA; the one at 0x60..0x70 has none and is not reported.
+    (lp,) = sass_stats.loops(instrs)
+    assert (lp["first"], lp["last"], lp["instructions"]) == (1, 5, 5)
+    assert (lp["HMMA"], lp["LDSM"], lp["LDL"], lp["STL"], lp["SYNCS"]) == (1, 1, 1, 0, 1)
+    assert sass_stats.parse_res_usage(RES)[("?", "_Z6kernelv")]["REG"] == 168
+    assert sass_stats.parse_res_usage(RES)[("?", "_Z6kernelv")]["STACK"] == 80
+    assert sass_stats.parse_text_sizes(ELF) == {("sm_90a", "_Z6kernelv"): 0x1480}
+
+
+def test_opcode_and_digest(sass_stats):
+    assert sass_stats.opcode("@!P0 LDSM.16.M88.4 R4, [R2]") == "LDSM"
+    assert sass_stats.opcode("BRA 0x10") == "BRA"
+    a = [(0x0, "MOV R1, R2"), (0x10, "EXIT")]
+    b = [(0x100, "MOV  R1, R2"), (0x110, "EXIT")]  # other addresses, other spacing
+    assert sass_stats.digest(a) == sass_stats.digest(b)
+    assert sass_stats.digest(a) != sass_stats.digest([(0x0, "MOV R1, R3"), (0x10, "EXIT")])
+
+
+def test_short_names(sass_stats):
+    name = (
+        "void treemla::cuda::warpspec::warpspec_main_kernel<__nv_bfloat16, "
+        "treemla::cuda::WarpSpecTraits<__nv_bfloat16, 4> >(treemla::cuda::VerifyKernelParams)"
+    )
+    assert sass_stats.short(name) == (
+        "warpspec::warpspec_main_kernel<__nv_bfloat16, WarpSpecTraits<__nv_bfloat16, 4> >"
+    )
+
+
+def test_refuses_a_missing_file_and_a_bad_count():
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "/nonexistent/treemla"], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "no such file" in r.stderr
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), str(SCRIPT), "--loops", "0"], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "--loops = 0 must be at least 1" in r.stderr
+
+
+def test_a_real_build(sass_stats):
+    binary = next((p for p in (ROOT / "build" / "treemla", ROOT / "build-90" / "treemla")
+                   if p.is_file()), None)
+    if binary is None:
+        pytest.skip("no build/treemla")
+    try:
+        tool = sass_stats.find_cuobjdump()
+    except SystemExit:
+        pytest.skip("no cuobjdump")
+    rows = sass_stats.collect(tool, str(binary), "warpspec_main_kernel<__nv_bfloat16", "sm_90a")
+    if not rows:
+        pytest.skip(f"{binary} has no sm_90a warpspec kernel")
+    (row,) = rows.values()
+    assert row["bytes"] and row["reg"] and row["loops"]
+    assert any(lp["HMMA"] for lp in row["loops"])
