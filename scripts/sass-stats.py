@@ -32,6 +32,8 @@ def find_cuobjdump(explicit=None):
     """The cuobjdump to run: --cuobjdump, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, or the one
     the nvidia-cuda-cuobjdump wheel puts under site-packages/nvidia/cu*/bin."""
     if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            sys.exit(f"sass-stats: --cuobjdump {explicit} is not an executable file")
         return explicit
     found = shutil.which("cuobjdump")
     if found:
@@ -133,8 +135,7 @@ def loops(instrs):
         if target >= addr or target not in index:
             continue
         body = [opcode(t) for _, t in instrs[index[target]:i + 1]]
-        counts = {k: body.count(k) for k in ("HMMA", "HGMMA", "LDSM", "LDL", "STL", "SYNCS",
-                                               "BAR")}
+        counts = {k: body.count(k) for k in ("HMMA", "HGMMA", "LDSM", "LDL", "STL", "SYNCS")}
         if counts["HMMA"] or counts["HGMMA"]:
             found.append(dict(first=index[target], last=i, instructions=len(body), **counts))
     found.sort(key=lambda d: d["instructions"])
@@ -190,7 +191,7 @@ def collect(cuobjdump, binary, kernel_re, arch_re):
         r = res.get((arch, name), {})
         rows[(arch, pretty)] = dict(bytes=sizes.get((arch, name)), reg=r.get("REG"),
                                     stack=r.get("STACK"), digest=digest(instrs),
-                                    loops=loops(instrs), instructions=len(instrs))
+                                    loops=loops(instrs))
     return rows
 
 

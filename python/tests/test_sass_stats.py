@@ -90,7 +90,7 @@ def test_short_names(sass_stats):
     )
 
 
-def test_refuses_a_missing_file_and_a_bad_count():
+def test_refuses_a_missing_file_a_bad_count_and_a_bad_tool():
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "/nonexistent/treemla"], capture_output=True, text=True
     )
@@ -99,6 +99,13 @@ def test_refuses_a_missing_file_and_a_bad_count():
         [sys.executable, str(SCRIPT), str(SCRIPT), "--loops", "0"], capture_output=True, text=True
     )
     assert r.returncode == 2 and "--loops = 0 must be at least 1" in r.stderr
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), str(SCRIPT), "--cuobjdump", "/nonexistent/cuobjdump"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1
+    assert "--cuobjdump /nonexistent/cuobjdump is not an executable" in r.stderr
 
 
 def test_a_real_build(sass_stats):
