@@ -101,6 +101,37 @@ struct TileRows {
   bool lse_writer;
 };
 
+// The log2-domain LSE of two rows from their maxima and sums (-inf for a row that saw nothing);
+// the final LSE is that times kFinalLseScale (ln 2).
+__device__ __forceinline__ void rows_lse(const VerifyKernelParams& kp, float m0, float m1, float l0,
+                                         float l1, float& lse0, float& lse1) {
+  const float sc = kp.scale_log2;
+  lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;
+  lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
+}
+#if defined(TREEMLA_KERNEL_MUTATION) && TREEMLA_KERNEL_MUTATION == 3
+constexpr float kFinalLseScale = 1.f;  // mutation (docs/testing.md): the final LSE in base 2
+#else
+constexpr float kFinalLseScale = 0.69314718055994530942f;
+#endif
+
+// The LSE of rows rl0 and rl0 + 8 of a tile (global rows grow0, grow0 + 8): for slot -1 the final
+// natural-log LSE, else the partial's log2-domain one (the warpspec family's epilogue;
+// write_tile_rows writes the same).
+__device__ __forceinline__ void write_row_lse(const VerifyKernelParams& kp, int64_t slot, int rl0,
+                                              int64_t grow0, bool v0, bool v1, float m0, float m1,
+                                              float l0, float l1) {
+  float lse0, lse1;
+  rows_lse(kp, m0, m1, l0, l1, lse0, lse1);
+  if (slot < 0) {
+    if (v0) kp.lse[grow0] = lse0 * kFinalLseScale;
+    if (v1) kp.lse[grow0 + 8] = lse1 * kFinalLseScale;
+  } else {
+    if (v0) kp.part_lse[slot * kBlockM + rl0] = lse0;
+    if (v1) kp.part_lse[slot * kBlockM + rl0 + 8] = lse1;
+  }
+}
+
 // Writes a row tile's output columns col_base + nt * 8 + 2 (lane % 4) (+1) from O (rows' sums
 // l0 / l1 complete, maxima m0 / m1): for slot -1 (the tile's only work item, WorkItem), O / l in
 // the output dtype and the LSE (ln); otherwise the normalized fp32 partial and log2-domain LSE in
@@ -115,14 +146,9 @@ __device__ __forceinline__ void write_tile_rows(const VerifyKernelParams& kp, in
   // around a call; the warpspec family's output warps have none to spare).
   const float inv0 = l0 > 0.f ? fast_rcp(l0) : 0.f;
   const float inv1 = l1 > 0.f ? fast_rcp(l1) : 0.f;
-  const float sc = kp.scale_log2;
-  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
-  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
-#if defined(TREEMLA_KERNEL_MUTATION) && TREEMLA_KERNEL_MUTATION == 3
-  constexpr float kLn2 = 1.f;  // mutation (docs/testing.md): the final LSE in base 2
-#else
-  constexpr float kLn2 = 0.69314718055994530942f;
-#endif
+  float lse0, lse1;
+  rows_lse(kp, m0, m1, l0, l1, lse0, lse1);
+  constexpr float kLn2 = kFinalLseScale;
   const int64_t grow1 = tr.grow0 + 8;
   if (slot < 0) {
     T* out = static_cast<T*>(kp.o);

@@ -42,7 +42,9 @@
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
-// combine kernel. WG0 writes columns [0, 256) and the LSE, WG1 columns [256, 512).
+// combine kernel. Both groups put their columns of O / l into the KV stages (free by then), and
+// lanes 0-7 of each compute warp copy one row each to global memory with a bulk copy; WG0 writes
+// the LSE.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -522,39 +524,55 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   constexpr float kLn2 = 0.69314718055994530942f;
   const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
   const int64_t grow1 = grow0 + 8;
-  if (d.slot < 0) {
-    T* out = static_cast<T*>(kp.o);
+  // O / l goes through shared memory (the KV stages: the loop has read every block of the item
+  // and the producer waits at kBarItem) in global order, padded rows, then one bulk copy a row.
+  // Stores straight from the fragments (8 rows x 16 or 32 bytes a warp instruction) made a split
+  // call about 9 us slower (1,16,16,131072: 170 against 159 us; docs/verify-kernel.md).
+  const uint32_t ostage = smem + Tr::kOffStages;
+  const bool final_out = d.slot < 0;
+  const int ostride = final_out ? Tr::kOutRowBytes : Tr::kPartRowBytes;
+  if (final_out) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int col = 256 * wg + 8 * i + 2 * q4;
-      if (ri.v0)
-        *reinterpret_cast<uint32_t*>(out + grow0 * kHeadDimV + col) =
-            pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0);
-      if (ri.v1)
-        *reinterpret_cast<uint32_t*>(out + grow1 * kHeadDimV + col) =
-            pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r0 * ostride + col * 2),
+                   "r"(pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0))
+                   : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r1 * ostride + col * 2),
+                   "r"(pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1))
+                   : "memory");
     }
     if (wg == 0 && q4 == 0) {
       if (ri.v0) kp.lse[grow0] = lse0 * kLn2;
       if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
     }
   } else {
-    const int64_t slot = d.slot;
-    float* po = kp.part_o + slot * kBlockM * kHeadDimV;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int col = 256 * wg + 8 * i + 2 * q4;
-      if (ri.v0)
-        *reinterpret_cast<float2*>(po + ri.r0 * kHeadDimV + col) =
-            make_float2(o[4 * i] * inv0, o[4 * i + 1] * inv0);
-      if (ri.v1)
-        *reinterpret_cast<float2*>(po + ri.r1 * kHeadDimV + col) =
-            make_float2(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r0 * ostride + col * 4),
+                   "f"(o[4 * i] * inv0), "f"(o[4 * i + 1] * inv0)
+                   : "memory");
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r1 * ostride + col * 4),
+                   "f"(o[4 * i + 2] * inv1), "f"(o[4 * i + 3] * inv1)
+                   : "memory");
     }
     if (wg == 0 && q4 == 0) {
-      if (ri.v0) kp.part_lse[slot * kBlockM + ri.r0] = lse0;
-      if (ri.v1) kp.part_lse[slot * kBlockM + ri.r1] = lse1;
+      if (ri.v0) kp.part_lse[d.slot * kBlockM + ri.r0] = lse0;
+      if (ri.v1) kp.part_lse[d.slot * kBlockM + ri.r1] = lse1;
     }
+  }
+  fence_proxy_async();  // the rows, seen by the bulk copies
+  bar_sync(kBarBoth, 256);
+  // Lanes 0-7 of compute warp w copy rows 8 w + lane that the request has.
+  const int crow = 8 * (threadIdx.x >> 5) + lane;
+  if (lane < 8 && d.row0 + crow < d.rows) {
+    void* dst = final_out
+                    ? static_cast<void*>(static_cast<T*>(kp.o) + (grow0 - ri.r0 + crow) * kHeadDimV)
+                    : static_cast<void*>(kp.part_o + (d.slot * kBlockM + crow) * kHeadDimV);
+    bulk_copy_s2g(dst, ostage + crow * ostride, final_out ? kHeadDimV * 2 : kHeadDimV * 4);
+    bulk_commit();
+    bulk_wait_read();  // before kBarItem: the next item's loads reuse the stages
   }
 }
 
@@ -626,6 +644,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       compute_item<T, Tr>(kp, d, smem, smem_f, uses, n & 1);
       bar_sync(kBarItem, Tr::kThreads);
     }
+    bulk_wait_all();  // the output rows' bulk copies are written before the CTA exits
   }
 #else
   __trap();  // the sm90a family runs only where sm_90a code was compiled

@@ -55,6 +55,10 @@ struct Sm90aTraits {
   static constexpr int empty_count(int part) { return part == 2 ? 256 : 128; }
   static constexpr int kBarQ = kOffBars + 8 * (2 * kStages * kLoadParts);
   static constexpr int kSmemUsed = kOffBars + kNumBars * 8;
+  // The epilogue stages O / l in the KV stages, rows padded so that a warp's fragment stores hit
+  // distinct banks: 512 x 16-bit + 16 bytes (the output), 512 x fp32 + 32 bytes (a partial).
+  static constexpr int kOutRowBytes = kHeadDimV * 2 + 16;
+  static constexpr int kPartRowBytes = kHeadDimV * 4 + 32;
   // The dynamic allocation is only 16-byte aligned; the kernel rounds its base up to 1024 bytes
   // (the swizzle atom), so ask for that much more.
   static constexpr int kSmemBytes = kSmemUsed + 1024;
@@ -63,6 +67,7 @@ struct Sm90aTraits {
   static_assert(sizeof(T) == 2, "16-bit elements");
   static_assert(kOffStages % 1024 == 0 && kTileBytes % 1024 == 0, "1024-byte swizzle atoms");
   static_assert(part_end(kLoadParts - 1) == kChunks && kPChunk == 8, "parts cover the chunks");
+  static_assert(kBlockM * kPartRowBytes <= kStages * kTileBytes, "O / l fits in the KV stages");
 };
 
 static_assert(Sm90aTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");

@@ -23,7 +23,9 @@
 //     h - 1, lanes 0 and 1 copy rows 2 (w - 4) + lane of block h + kStages - 1 into that stage
 //     (one bulk copy of 1,152 B per row; the row's page-table entry loaded one block earlier);
 //     then O = O alpha + P V (P by ldmatrix out of the slot, V by ldmatrix.trans out of the
-//     stage). At the end of an item it writes O / l and the LSE (or the split's partial).
+//     stage). At the end of an item, once all eight are past their block loop, each writes O / l
+//     of its 16-row m-tiles into its own slice of the stages and stores whole 128-column row
+//     segments from there (and the LSE), the split's partial or the final output.
 // Handoffs (mbarriers; parities from a per-CTA count of blocks, so the ring runs across items):
 //   full[s]: the 16 rows of a stage landed (one arrival per row with its bytes, or zero-filled);
 //     only the score warps wait on it: the output warps read a stage's V after pready of the
@@ -62,6 +64,9 @@
 namespace treemla::cuda::warpspec {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+// Named barriers (0 is __syncthreads): 2 + rg, the score warps' swap; the output warps' epilogue.
+constexpr int kBarOutEpilogue = 4;
 
 template <class Tr>
 struct Smem {
@@ -448,7 +453,7 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       BlockWalk(rs, it, blk).store(cw, 1);
       cw[6] = it.b;
     }
-    for (uint32_t b = blk; b != blk + Tr::kStages - 1 && b != blk_end; ++b) {
+    for (uint32_t b = blk; b != blk + Tr::kCopyLead && b != blk_end; ++b) {
       mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
       if (lane < 2) {
         fetch_row(kp, cw, b, crow, next_t, next_page);
@@ -456,15 +461,15 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
                         next_page);
       }
     }
-    if (lane < 2 && Tr::kStages - 1 < n_blocks)
-      fetch_row(kp, cw, blk + Tr::kStages - 1, crow, next_t, next_page);
+    if (lane < 2 && Tr::kCopyLead < n_blocks)
+      fetch_row(kp, cw, blk + Tr::kCopyLead, crow, next_t, next_page);
 
     for (; blk != blk_end; ++blk) {
       const int st = blk % Tr::kStages;
       const int par = blk & 1;
-      // Block h + kStages - 1 goes into the stage of block h - 1, once every output warp has
-      // read that (the score warps read it before they released block h - 1's P).
-      const uint32_t b = blk + Tr::kStages - 1;
+      // Block h + kCopyLead goes into the stage of block h - kCopyLag, once every output warp
+      // has read that (the score warps read it before they released that block's P).
+      const uint32_t b = blk + Tr::kCopyLead;
       if (static_cast<int>(blk_end - b) > 0) {
         mbar_wait_suspend(sm.empty(b % Tr::kStages), ((b / Tr::kStages) & 1) ^ 1);
         if (lane < 2) {
@@ -530,13 +535,71 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
     }
     mbar_arrive(sm.mlempty(rg));
     const int64_t grow = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM;
+    // O / l leaves through the stages: once every output warp is past its block loop, warp ow
+    // writes its fragments of 16 rows into its own padded slice, then stores whole row segments
+    // (128 columns: 512 contiguous bytes a warp instruction for a partial, 256 for the output).
+    // Direct fragment stores write 8 rows x 16 or 32 bytes an instruction.
+    named_barrier(kBarOutEpilogue, Tr::kOutThreads);
+    const uint32_t scratch = sm.stage(0) + ow * Tr::kEpiWarpBytes;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int rl = 32 * rg + 16 * mt + g;
-      const TileRows tr{rl, grow + rl, rl < it.rows, rl + 8 < it.rows, cq == 0 && q4 == 0};
-      write_tile_rows<T, 16>(kp, it.slot, o[mt], ml[mt][0].x, ml[mt][1].x, ml[mt][0].y, ml[mt][1].y,
-                             tr, 128 * cq, q4);
+      const float l0 = ml[mt][0].y, l1 = ml[mt][1].y;
+      const float inv0 = l0 > 0.f ? fast_rcp(l0) : 0.f, inv1 = l1 > 0.f ? fast_rcp(l1) : 0.f;
+      if (cq == 0 && q4 == 0)
+        write_row_lse(kp, it.slot, rl, grow + rl, rl < it.rows, rl + 8 < it.rows, ml[mt][0].x,
+                      ml[mt][1].x, l0, l1);
+      if (it.slot < 0) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+          const uint32_t a = scratch + g * Tr::kEpiOutRow + (8 * nt + 2 * q4) * 2;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a),
+                       "r"(pack2<T>(o[mt][nt][0] * inv0, o[mt][nt][1] * inv0))
+                       : "memory");
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a + 8 * Tr::kEpiOutRow),
+                       "r"(pack2<T>(o[mt][nt][2] * inv1, o[mt][nt][3] * inv1))
+                       : "memory");
+        }
+        __syncwarp();
+        T* out =
+            static_cast<T*>(kp.o) + (grow + 32 * rg + 16 * mt) * kHeadDimV + 128 * cq + 4 * lane;
+#pragma unroll 4
+        for (int j = 0; j < 16; ++j) {
+          uint2 v;
+          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                       : "=r"(v.x), "=r"(v.y)
+                       : "r"(scratch + j * Tr::kEpiOutRow + 8 * lane)
+                       : "memory");
+          if (32 * rg + 16 * mt + j < it.rows) *reinterpret_cast<uint2*>(out + j * kHeadDimV) = v;
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+          const uint32_t a = scratch + g * Tr::kEpiPartRow + (8 * nt + 2 * q4) * 4;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(o[mt][nt][0] * inv0),
+                       "f"(o[mt][nt][1] * inv0)
+                       : "memory");
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * Tr::kEpiPartRow),
+                       "f"(o[mt][nt][2] * inv1), "f"(o[mt][nt][3] * inv1)
+                       : "memory");
+        }
+        __syncwarp();
+        float* po =
+            kp.part_o + (it.slot * kBlockM + 32 * rg + 16 * mt) * kHeadDimV + 128 * cq + 4 * lane;
+#pragma unroll 4
+        for (int j = 0; j < 16; ++j) {
+          float4 v;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                       : "r"(scratch + j * Tr::kEpiPartRow + 16 * lane)
+                       : "memory");
+          if (32 * rg + 16 * mt + j < it.rows) *reinterpret_cast<float4*>(po + j * kHeadDimV) = v;
+        }
+      }
+      __syncwarp();  // the slice is read before the next m-tile overwrites it
     }
+    // Every slice read before the next item's first copies refill the stages.
+    named_barrier(kBarOutEpilogue, Tr::kOutThreads);
   }
 }
 

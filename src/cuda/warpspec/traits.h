@@ -10,12 +10,16 @@
 
 namespace treemla::cuda {
 
-template <typename T, int kStages_>
+template <typename T, int kStages_, int kCopyLag_ = 1>
 struct WarpSpecTraits {
   using Element = T;                        // q, o
   using KvElement = T;                      // kv_cache
   static constexpr int kBlockN = 16;        // keys a stage (half of the schedule's 32-key block)
   static constexpr int kStages = kStages_;  // stages in the ring
+  // At block h the output warps refill the stage of block h - kCopyLag (once every output warp
+  // has read it) with block h + kStages - kCopyLag.
+  static constexpr int kCopyLag = kCopyLag_;
+  static constexpr int kCopyLead = kStages - kCopyLag;
   // Warpgroup 0: four score warps, warp (rg, kh) = (w / 2, w % 2) holds Q of rows [32 rg, +32)
   // and columns [288 kh, +288) in registers. Warpgroups 1 and 2: eight output warps,
   // warp (rg, cq) accumulates O[32 rg .. +32, 128 cq .. +128) and copies KV.
@@ -61,6 +65,13 @@ struct WarpSpecTraits {
   static constexpr int kNumBars = 2 * kStages + 12;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8;
 
+  // The output warps' epilogue: each warp's slice of the stages holds 16 rows of its 128
+  // columns, padded so that the fragment stores of a half-warp hit distinct banks.
+  static constexpr int kEpiOutRow = 128 * 2 + 16;
+  static constexpr int kEpiPartRow = 128 * 4 + 32;
+  static constexpr int kEpiWarpBytes = 16 * kEpiPartRow;
+  static_assert(kOutWarps * kEpiWarpBytes <= kStages * kStageBytes, "epilogue slices fit");
+
   static_assert(kBlockM == 64, "two row groups of 32 rows");
   static_assert(2 * kOutWarps == kBlockN, "lanes 0 and 1 of each output warp copy a block's rows");
   static_assert(sizeof(T) == 2, "16-bit elements");
@@ -68,6 +79,7 @@ struct WarpSpecTraits {
   static_assert(kScoreRegs + 2 * kOutRegs <= 3 * kLaunchRegs,
                 "setmaxnreg moves registers inside the CTA's launch allocation");
   static_assert(kStages >= 3, "one stage for O, one for S, at least one loading");
+  static_assert(kCopyLag >= 1 && kCopyLead >= 2, "copies at least two blocks ahead");
 
   static_assert(kOffCopy % 16 == 0 && kCopyWords % 4 == 0, "copy lanes' state read as int4");
   static_assert(kOffBars % 8 == 0, "mbarriers are 8-byte aligned");
