@@ -3,7 +3,6 @@ loops that hold tensor instructions and their spill loads and stores, register a
 .text size, and a digest that ignores addresses. Checked on small listings written here in
 cuobjdump's format, and on a real build when one and a cuobjdump are at hand."""
 
-import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -50,11 +49,8 @@ arch = sm_90a
 
 
 @pytest.fixture(scope="module")
-def sass_stats():
-    spec = importlib.util.spec_from_file_location("treemla_sass_stats", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sass_stats(load_script):
+    return load_script("sass-stats.py")
 
 
 def test_parses_functions_loops_and_resources(sass_stats):

@@ -291,6 +291,7 @@ class BadOptions(unittest.TestCase):
                 (["--cases", "1:8:1:10:12"], ["--cases", "page_size '12'", "power of two"]),
                 (["--tiles", "foo"], ["--tiles", "'foo'", "all, smem99k or smem-large"]),
                 (["--families", "wgmma"], ["--families", "'wgmma'", "cpasync, cluster, sm90a, decode or warpspec"]),
+                (["--families", "sm90a,wgmma"], ["--families", "'wgmma'", "cpasync, cluster, sm90a, decode or warpspec"]),
                 (["--cases", "abc", "--tiles", "foo"], ["--cases"])):
             err = self.assert_bad(["bench", *args], *needles)
             self.assertNotIn("no CUDA", err)
@@ -591,8 +592,10 @@ class WithoutGpu(unittest.TestCase):
             self.skipTest("a GPU is visible: the benchmarks would run")
 
     def test_bench_says_it_needs_a_gpu(self):
-        for command in ("bench", "bench-pool"):
-            rc, out, err = run(command)
+        # a list of families is a good option: the run stops only for want of a GPU
+        for args in (["bench"], ["bench-pool"], ["bench", "--families", "sm90a,warpspec"]):
+            rc, out, err = run(*args)
+            command = args[0]
             self.assertEqual(rc, 1, "%s: %r" % (command, err))
             self.assertEqual(out, "")
             self.assertRegex(err, r"^treemla %s: .*(no CUDA|needs a GPU)" % command)

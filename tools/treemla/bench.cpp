@@ -90,9 +90,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& out) {
       ->capture_default_str();
   cli::add_choice(app, "--tiles", out.tiles, {"all", "smem99k", "smem-large"},
                   "tile configurations");
-  cli::add_choice(app, "--families", out.families,
-                  {"all", "cpasync", "cluster", "sm90a", "decode", "warpspec"},
-                  "kernel families (all: every family the device runs)");
+  cli::add_choice_list(app, "--families", out.families,
+                       {"all", "cpasync", "cluster", "sm90a", "decode", "warpspec"},
+                       "kernel families (all: every family the device runs)");
   app.add_option("--cost-table", out.cost_table,
                  "measure the verify cost table (docs/budget.md) instead of the grid and write it "
                  "to this file");

@@ -19,8 +19,8 @@ struct Shape {
 struct Options {
   std::vector<Shape> cases;   // empty: the standard grid (bench_gpu.cu)
   std::string tiles = "all";  // all, smem99k or smem-large
-  std::string families =
-      "all";  // all (every family the device runs), cpasync, cluster, sm90a or decode
+  // "all" (every family the device runs), or any of cpasync, cluster, sm90a, decode, warpspec
+  std::vector<std::string> families{"all"};
   // --cost-table FILE: instead of the grid, measure verify time per layer on the cost-table grid
   // (include/treemla/budget.h) for cost_heads and cost_page_size, with the plan's default family
   // and tile, and write it to FILE as the JSON docs/budget.md describes.

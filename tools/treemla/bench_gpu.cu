@@ -355,16 +355,16 @@ int bench::run(const bench::Options& opt) {
   if (ts == "all" || ts == "smem99k") tiles.push_back(TileConfig::kSmem99K);
   if (tiles.empty()) throw std::invalid_argument("--tiles: '" + ts + "' does not fit this device");
   std::vector<KernelFamily> families;
-  if (opt.families == "all" || opt.families == "cpasync")
-    families.push_back(KernelFamily::kCpAsync);
-  if ((opt.families == "all" && prop.major >= 9) || opt.families == "cluster")
-    families.push_back(KernelFamily::kCluster);
+  auto named = [&](const char* f) {
+    return std::find(opt.families.begin(), opt.families.end(), f) != opt.families.end();
+  };
+  const bool all = named("all");
+  if (all || named("cpasync")) families.push_back(KernelFamily::kCpAsync);
+  if ((all && prop.major >= 9) || named("cluster")) families.push_back(KernelFamily::kCluster);
   const bool sm90a_here = treemla::cuda::sm90a_available(prop.major, prop.minor);
-  if ((opt.families == "all" && sm90a_here) || opt.families == "sm90a")
-    families.push_back(KernelFamily::kSm90a);
-  if (opt.families == "all" || opt.families == "decode") families.push_back(KernelFamily::kDecode);
-  if ((opt.families == "all" && prop.major >= 9) || opt.families == "warpspec")
-    families.push_back(KernelFamily::kWarpSpec);
+  if ((all && sm90a_here) || named("sm90a")) families.push_back(KernelFamily::kSm90a);
+  if (all || named("decode")) families.push_back(KernelFamily::kDecode);
+  if ((all && prop.major >= 9) || named("warpspec")) families.push_back(KernelFamily::kWarpSpec);
   std::ofstream json_file;
   if (!opt.json.empty()) {  // before the run, which takes minutes
     json_file.open(opt.json);

@@ -100,6 +100,15 @@ CLI::Option* add_choice(CLI::App& app, const std::string& name, std::string& val
       ->capture_default_str();
 }
 
+CLI::Option* add_choice_list(CLI::App& app, const std::string& name,
+                             std::vector<std::string>& values, std::vector<std::string> choices,
+                             const std::string& help) {
+  return app.add_option(name, values, help + " (comma-separated)")
+      ->delimiter(',')
+      ->check(one_of(std::move(choices)))
+      ->capture_default_str();
+}
+
 std::optional<int> parse(CLI::App& app, int argc, char** argv, const std::function<void()>& check) {
   try {
     app.parse(argc - 1, argv + 1);  // argv[1], the command, stands where CLI11 expects the program

@@ -42,6 +42,10 @@ CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector<int64_
 // A string option that takes one of `choices`, with its default shown.
 CLI::Option* add_choice(CLI::App& app, const std::string& name, std::string& value,
                         std::vector<std::string> choices, const std::string& help);
+// A comma-separated list whose every entry is one of `choices`.
+CLI::Option* add_choice_list(CLI::App& app, const std::string& name,
+                             std::vector<std::string>& values, std::vector<std::string> choices,
+                             const std::string& help);
 
 // Parses argv[2..] (argv[1] is the command). Returns nothing when the command should run, or
 // the exit code when it should not: 0 after --help (printed to stdout), 2 after a bad option
