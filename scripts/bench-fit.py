@@ -6,8 +6,8 @@ call that does not grow with the prefix).
 
     scripts/bench-fit.py FILE [FILE ...]
 
-Each FILE is `treemla bench --json` output (its "results") or `bench/peers.py --json` output (a
-list of {impl, batch, heads, q_len, prefix, page_size, us}). Rows of every file are pooled; a
+Each FILE is `treemla bench --json` output (its "results"), the table `treemla bench` prints, or
+`bench/peers.py --json` output (a list of {impl, batch, heads, q_len, prefix, page_size, us}). Rows of every file are pooled; a
 case measured more than once keeps its median. Exits 2 when no family and shape has two prefix
 lengths. docs/verify-kernel.md ("The fixed cost of a split call") shows what such a fit found.
 """
@@ -22,13 +22,29 @@ SHAPE = ("batch", "heads", "q_len", "page_size")
 def rows_of(path):
     """(name, tile, batch, heads, q_len, page_size, prefix, us) of every timed case in a file."""
     with open(path) as f:
-        doc = json.load(f)
+        text = f.read()
+    if not text.lstrip().startswith(("{", "[")):  # the table treemla bench prints
+        return table_rows(path, text)
+    doc = json.loads(text)
     if isinstance(doc, list):  # bench/peers.py
         return [(r["impl"], "-", *(r[k] for k in SHAPE), r["prefix"], r["us"]) for r in doc]
     if not isinstance(doc, dict) or "results" not in doc:
         raise ValueError(f"{path}: neither treemla bench --json output nor bench/peers.py output")
     return [(r.get("family", "cpasync"), r["tile"], *(r[k] for k in SHAPE), r["prefix"], r["us"])
             for r in doc["results"]]
+
+
+def table_rows(path, text):
+    """The rows of `treemla bench`'s printed table: family tile batch H q_len prefix page | us ..."""
+    rows = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) > 8 and f[7] == "|" and not line.startswith("#") and f[0] != "family":
+            b, h, q, prefix, page = (int(x) for x in f[2:7])
+            rows.append((f[0], f[1], b, h, q, page, prefix, float(f[8])))
+    if not rows:
+        raise ValueError(f"{path}: no JSON and no row of treemla bench's table")
+    return rows
 
 
 def fit_line(points):

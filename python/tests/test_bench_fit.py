@@ -1,5 +1,5 @@
 """scripts/bench-fit.py fits call time against prefix length per family and shape, from treemla
-bench and bench/peers.py JSON files: checked on small files written here, and on the committed
+bench's JSON or printed table and bench/peers.py JSON: checked on small files written here, and on the committed
 measurements of the sixteenth session, whose fit docs/verify-kernel.md quotes."""
 
 import json
@@ -60,18 +60,27 @@ def test_bad_inputs_are_refused_with_a_message(tmp_path):
     assert rc == 2 and "two or more prefix lengths" in err
     rc, out, err = run(write(tmp_path / "other.json", {"foo": 1}))
     assert rc == 2 and "neither treemla bench" in err
+    (tmp_path / "notes.txt").write_text("no table here\n")
+    rc, out, err = run(tmp_path / "notes.txt")
+    assert rc == 2 and "no row of treemla bench's table" in err
     rc, out, err = run(tmp_path / "missing.json")
     assert rc == 2 and "missing.json" in err
 
 
-def test_the_committed_sweep_gives_the_documented_fit():
+@pytest.mark.parametrize("name, row_start, row_end", [
     # docs/verify-kernel.md, "The fixed cost of a split call": fa3 at 1,16,16, 0.91 us per 1,024
-    # keys and 18 us at L = 0, from the sixteenth session's call 3
-    path = RESULTS / "2026-12-02_h200_s16-call3_fa3-prefix-sweep_peers.json"
-    rc, out, err = run(path)
+    # keys and 18 us at L = 0 (the sixteenth session's call 3, peers JSON), and sm90a (757d91c)
+    # there, 0.99 us and 39 us (call 1, the table treemla bench printed)
+    ("2026-12-02_h200_s16-call3_fa3-prefix-sweep_peers.json", "| fa3 | - | 1 | 16 | 16 | 64 |",
+     "| 0.912 | 18.4 |"),
+    ("2026-12-02_h200_s16-call1_sm90a-prefix-sweep.txt",
+     "| sm90a | smem-large | 1 | 16 | 16 | 64 |", "| 0.991 | 39.0 |"),
+])
+def test_the_committed_sweeps_give_the_documented_fit(name, row_start, row_end):
+    rc, out, err = run(RESULTS / name)
     assert rc == 0, err
-    row = next(l for l in out.splitlines() if l.startswith("| fa3 | - | 1 | 16 | 16 | 64 |"))
-    assert row.endswith("| 0.912 | 18.4 |"), row
+    row = next(l for l in out.splitlines() if l.startswith(row_start))
+    assert row.endswith(row_end), row
 
 
 def write(path, doc):
