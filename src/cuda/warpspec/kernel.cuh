@@ -598,7 +598,9 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       }
       __syncwarp();  // the slice is read before the next m-tile overwrites it
     }
-    // Every slice read before the next item's first copies refill the stages.
+    // Every slice read before the next item's first copies refill the stages, and this thread's
+    // stores into it ordered before those bulk copies' writes (as copy_row's zero-fill does).
+    fence_proxy_async_smem();
     named_barrier(kBarOutEpilogue, Tr::kOutThreads);
   }
 }
