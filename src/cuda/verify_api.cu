@@ -74,6 +74,16 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     return e != nullptr && std::string(e) == "cpasync" ? 1 : 0;
   }();
   kp.decode_cpasync = decode_cpasync;
+  // The refined last wave's threshold (schedule.cu): taken when its estimate is under 96% (sm90a)
+  // or 97% (the other families) of the best plain one. Measured on the H200, seventeenth session
+  // (docs/verify-kernel.md, "The refined last wave"); TREEMLA_REFINE_PCT overrides it.
+  static const int refine_pct_env = [] {
+    const char* e = std::getenv("TREEMLA_REFINE_PCT");
+    return e ? std::atoi(e) : -1;
+  }();
+  kp.refine_pct = refine_pct_env >= 0                   ? refine_pct_env
+                  : plan.family == KernelFamily::kSm90a ? 96
+                                                        : 97;
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);

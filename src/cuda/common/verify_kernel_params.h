@@ -76,6 +76,10 @@ struct VerifyKernelParams {
   // switch): 0 bulk copies where the device has them (sm_90 and newer), 1 cp.async everywhere
   // (the path of sm_80 .. sm_89).
   int decode_cpasync;
+  // The schedule takes a refined last wave when its estimate is below refine_pct % of the best
+  // plain one's (96 for sm90a, 97 for the other families; TREEMLA_REFINE_PCT, a measurement
+  // switch read by verify_api.cu, overrides it).
+  int refine_pct;
   // workspace views
   WorkspaceHeader* hdr;
   int* item_base;       // [batch + 1]

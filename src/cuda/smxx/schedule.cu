@@ -232,8 +232,9 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
   __syncthreads();
   if (threadIdx.x == 0) {
     // The plain estimates in order, a later candidate taken only when 3% better; a refined last
-    // wave only when 6% better than that (measured: its pieces cost the sm90a family more than
-    // the estimate's overhead says; 1 x 16 x 65 x 131072, 3.5% estimated, ran 3-5% slower).
+    // wave only when its estimate is under kp.refine_pct % of that (96 for sm90a, 97 for the other
+    // families: measured, its pieces cost more than the estimate's overhead says, so a refined
+    // plan estimated 2.4% faster ran 5-7% slower with sm90a; docs/verify-kernel.md).
     int best = 0, best_r = -1;
     long long best_est = -1, best_ref = -1;
     for (int c = 0; c < kNumCandidates; ++c) {
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
         best_ref = e.refined;
       }
     }
-    const bool refine = best_r >= 0 && best_ref * 100 < best_est * 94;
+    const bool refine = best_r >= 0 && best_ref * 100 < best_est * kp.refine_pct;
     // Pair mode keeps one wave, rounded down, unrefined.
     s_cand = kp.pair_rows > 0 ? 0 : refine ? best_r : best;
     s_refine_q = kp.pair_rows > 0 || !refine ? 1 : s_cand_est[best_r].q;
