@@ -11,7 +11,7 @@ import treemla
 from treemla import budget
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-TABLE = os.path.join(ROOT, "bench", "results", "2026-11-30_h200_dff458e_cost-table.json")
+TABLE = os.path.join(ROOT, "bench", "results", "2026-12-02_h200_ffa2143_cost-table.json")
 
 
 def brute_force(table, scores, L, layers, fixed_us, per_node_us):

@@ -59,7 +59,7 @@ COMPARE_CONFIG_KEYS = {"seed", "rounds", "depth", "top_k", "target", "accept_pro
 COMPARE_RESULT_KEYS = {"prompt", "auto", "fixed", "best_listed", "best_any", "single"}
 # The committed H200 table (tools/CMakeLists.txt installs it as the default).
 H200_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "results",
-                          "2026-11-30_h200_dff458e_cost-table.json")
+                          "2026-12-02_h200_ffa2143_cost-table.json")
 
 # The summary of a simulate run: one line per topic, in this order.
 SUMMARY_LINES = [
@@ -407,7 +407,7 @@ class BudgetAuto(unittest.TestCase):
             with open(path) as f:
                 doc = json.load(f)
         self.assertIn("DDTree: budget auto (up to 1024 rows per request-round)", out)
-        self.assertRegex(out, r"(?m)^  cost table: .*default-cost-table\.json \(NVIDIA H200, 2026-11-30")
+        self.assertRegex(out, r"(?m)^  cost table: .*default-cost-table\.json \(NVIDIA H200, 2026-12-02")
         self.assertRegex(out, r"(?m)^  cost model +[0-9.]+ tokens/round, [0-9.]+ ms/round .* tokens/s")
         self.assertRegex(out, r"(?m)^  budgets +(\d+:\d+ )+\(B:request-rounds\)")
         self.assertEqual(set(doc), SIMULATE_KEYS)
