@@ -82,8 +82,8 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     return e ? std::atoi(e) : -1;
   }();
   kp.refine_pct = refine_pct_env >= 0                   ? refine_pct_env
-                  : plan.family == KernelFamily::kSm90a ? 96
-                                                        : 97;
+                  : plan.family == KernelFamily::kSm90a ? kRefinePctSm90a
+                                                        : kRefinePctOther;
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);
@@ -308,7 +308,7 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   // Up to kMaxWaves waves of items (schedule.cu), one partial slot each; pair-mode items (one
   // wave) write two. With several CTAs per SM (the decode family) fewer waves, so that the
   // partial slots stay at kMaxWaves per SM (128 KB each).
-  const int max_waves = std::clamp(kMaxWaves * plan.sm_count / std::max(1, resident), 1, kMaxWaves);
+  const int max_waves = plan_max_waves(plan.sm_count, resident);
   plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : max_waves * plan.target_items;
   const WorkspaceLayout layout = workspace_layout(limits.max_batch, plan.partial_slots);
   plan.workspace_bytes = layout.total;

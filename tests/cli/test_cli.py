@@ -585,6 +585,67 @@ class PlotBudget(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+class Schedule(unittest.TestCase):
+    """`treemla schedule` replays the schedule kernel's arithmetic (src/cuda/common/schedule_model.h)
+    without a GPU. The expected work lists are the ones the docs state for the device schedule
+    (docs/verify-kernel.md, "The work list" and "The refined last wave") and the session notes
+    measured (bench/results/2026-12-02_h200_s17-notes.md)."""
+
+    def schedule(self, *args):
+        rc, out, err = run("schedule", *args)
+        self.assertEqual(rc, 0, err)
+        return out
+
+    def chosen(self, out):
+        lines = [l for l in out.splitlines() if l.startswith("  chosen: ")]
+        self.assertEqual(len(lines), 1, out)
+        return lines[0]
+
+    def test_glm5_shape_leaves_six_ctas_idle(self):
+        line = self.chosen(self.schedule("--cases", "1:8:65:185000:64"))
+        self.assertIn("candidate 0 (1 wave, splits rounded down)", line)
+        self.assertIn("14 splits a request; 126 work items on 132 CTAs", line)
+        self.assertIn("(the last 126 of 132: 6 idle)", line)
+        self.assertIn("126 partial slots, 9 combine groups", line)
+
+    def test_row_tiles_past_the_grid_take_a_refined_last_wave(self):
+        # 8 x 16 x 65 at 32K: 136 row tiles for 132 CTAs; 132 whole tiles, then 4 in 33 pieces.
+        for family in ("sm90a", "warpspec"):
+            line = self.chosen(self.schedule("--cases", "8:16:65:32768:64", "--family", family))
+            self.assertIn("132 whole work items, then 4 items in 33 pieces each: 264 work items", line)
+
+    def test_threshold_differs_by_family(self):
+        # Estimated 3.5% faster refined: under warpspec's 97% threshold, not under sm90a's 96%.
+        sm90a = self.chosen(self.schedule("--cases", "1:16:65:131072:64", "--family", "sm90a"))
+        self.assertIn("candidate 2 (2 waves, splits rounded down)", sm90a)
+        self.assertIn("255 work items on 132 CTAs, 2 waves", sm90a)
+        warpspec = self.chosen(self.schedule("--cases", "1:16:65:131072:64", "--family", "warpspec"))
+        self.assertIn("candidate 1 (1 wave, splits rounded up, refined last wave)", warpspec)
+
+    def test_decode_runs_two_ctas_an_sm_and_fewer_waves(self):
+        out = self.schedule("--cases", "8:16:1:131072:64", "--family", "decode")
+        self.assertIn("264 CTAs = 132 SMs x 2; up to 4 waves, 1056 partial slots", out)
+        self.assertIn("(more waves than the plan's 4)", out)
+        self.assertIn("33 splits a request; 264 work items on 264 CTAs", self.chosen(out))
+
+    def test_every_case_is_printed(self):
+        out = self.schedule("--cases", "1:8:65:185000:64;2:8:65:131072:64", "--sms", "188")
+        self.assertEqual(out.count("\ncase ") + out.startswith("case "), 2, out)
+        self.assertIn("188 CTAs = 188 SMs x 1", out)
+
+    def test_bad_options_name_the_bound(self):
+        for args, msg in [(["--cases", "1:32:1:1000:64", "--family", "decode"],
+                           "--cases: the decode family takes requests of at most 16 rows; case 1:32:1:1000 "
+                           "has q_len * heads = 32"),
+                          (["--cases", "default"], "'default' is bench's grid"),
+                          (["--sms", "0"], "--sms"),
+                          (["--family", "cluster"], "--family"),
+                          (["--cases", "1:8:65"], "must be batch:heads:q_len:prefix:page_size")]:
+            rc, out, err = run("schedule", *args)
+            self.assertEqual(rc, 2, (args, out, err))
+            self.assertIn(msg, err)
+
+
 class WithoutGpu(unittest.TestCase):
     def setUp(self):
         self.cuda_built, gpus = cuda_info()

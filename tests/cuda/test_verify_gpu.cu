@@ -492,5 +492,84 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
   }
 }
 
+// The host model of the schedule (cuda/common/schedule_model.h, behind `treemla schedule`)
+// against the schedule kernel: every request's splits, the work items and the refined last wave,
+// at shapes of each kind (one wave with idle CTAs, several waves, a refined last wave, decode
+// tiles, nothing to attend), for every family the device runs but the cluster family (its CTA
+// pairs are not modeled). Only the schedule kernel runs: q, kv_cache, page_table and tree_mask
+// point at a small buffer it never reads.
+TEST(VerifyGpu, ScheduleMatchesHostModel) {
+  REQUIRE_GPU();
+  if (std::getenv("TREEMLA_REFINE_PCT"))
+    GTEST_SKIP() << "TREEMLA_REFINE_PCT overrides the threshold the model takes";
+  struct Shape {
+    int batch, heads, q_len, prefix;
+  };
+  const std::vector<Shape> shapes{
+      {1, 8, 65, 185000},  {1, 8, 65, 131072},   {1, 16, 16, 131072}, {1, 16, 65, 131072},
+      {8, 16, 65, 32768},  {1, 128, 64, 131072}, {8, 128, 1, 32768},  {8, 16, 1, 131072},
+      {32, 16, 1, 32768},  {4, 8, 65, 65536},    {8, 8, 33, 49152},   {2, 16, 65, 185000},
+      {3, 64, 16, 131072}, {1, 8, 1, 0},         {5, 8, 7, 100},      {300, 4, 3, 4000}};
+  DeviceBuffer<uint8_t> unread(4096);
+  for (const Shape& s : shapes) {
+    std::vector<int32_t> indptr(s.batch + 1, 0), prefix(s.batch, s.prefix);
+    for (int b = 0; b < s.batch; ++b) indptr[b + 1] = indptr[b] + s.q_len;
+    DeviceBuffer<int32_t> d_indptr(indptr.size()), d_prefix(prefix.size());
+    d_indptr.upload(indptr.data(), indptr.size() * 4);
+    d_prefix.upload(prefix.data(), prefix.size() * 4);
+    VerifyParams p;
+    p.batch = s.batch;
+    p.num_heads = s.heads;
+    p.page_size = 64;
+    p.num_pages = 1;
+    p.page_table_stride = 1;
+    p.mask_words = 1;
+    p.sm_scale = 0.04f;
+    p.q = p.kv_cache = unread.ptr;
+    p.page_table = reinterpret_cast<const int32_t*>(unread.ptr);
+    p.tree_mask = reinterpret_cast<const uint64_t*>(unread.ptr);
+    p.prefix_lens = d_prefix.ptr;
+    p.q_indptr = d_indptr.ptr;
+    std::vector<cuda::ModelRequest> reqs(static_cast<size_t>(s.batch), {s.q_len, s.prefix});
+    for (const GpuConfig& cfg : configs_to_test(int64_t{s.q_len} * s.heads)) {
+      if (cfg.family == cuda::KernelFamily::kCluster) continue;
+      SCOPED_TRACE(cfg.name() + " case " + std::to_string(s.batch) + ":" + std::to_string(s.heads) +
+                   ":" + std::to_string(s.q_len) + ":" + std::to_string(s.prefix));
+      const cuda::VerifyPlan plan = cuda::make_verify_plan(
+          {s.batch, int64_t{s.batch} * s.q_len, s.heads, s.q_len}, -1, cfg.tile, cfg.family);
+      DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+      cuda::init_workspace(plan, ws.ptr, 0);
+      cuda::verify_schedule(p, plan, ws.ptr, 0);
+      cuda::check_status(plan, ws.ptr, 0);
+      const cuda::WorkspaceLayout layout =
+          cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
+      std::vector<cuda::RequestSched> sched(static_cast<size_t>(s.batch));
+      cuda::WorkspaceHeader hdr{};
+      cuda::WorkRefine rf{};
+      TREEMLA_CUDA_CHECK(cudaMemcpy(sched.data(), ws.ptr + layout.sched,
+                                    sched.size() * sizeof(cuda::RequestSched),
+                                    cudaMemcpyDeviceToHost));
+      TREEMLA_CUDA_CHECK(
+          cudaMemcpy(&hdr, ws.ptr + layout.header, sizeof(hdr), cudaMemcpyDeviceToHost));
+      TREEMLA_CUDA_CHECK(
+          cudaMemcpy(&rf, ws.ptr + layout.refine, sizeof(rf), cudaMemcpyDeviceToHost));
+      // The launch code's wave bound and threshold (verify_api.cu, kernel_params).
+      const int max_waves = std::max(1, plan.partial_slots / plan.target_items);
+      const int pct =
+          plan.family == cuda::KernelFamily::kSm90a ? cuda::kRefinePctSm90a : cuda::kRefinePctOther;
+      const cuda::ScheduleModel m = cuda::model_schedule(reqs, s.heads, plan.target_items,
+                                                         plan.partial_slots, max_waves, pct);
+      for (int b = 0; b < s.batch; ++b) EXPECT_EQ(sched[b].splits, m.splits[b]) << "request " << b;
+      EXPECT_EQ(hdr.num_items, m.items);
+      EXPECT_EQ(hdr.num_groups, m.groups);
+      EXPECT_EQ(rf.count, m.refine_count);
+      if (m.refine_count > 0) {
+        EXPECT_EQ(rf.first, m.refine_first);
+        EXPECT_EQ(rf.q, m.refine_q);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace treemla::test

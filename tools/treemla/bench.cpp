@@ -35,6 +35,8 @@ bool field(const std::string& text, const char* name, int64_t lo, int64_t hi, in
   return true;
 }
 
+}  // namespace
+
 // "default", or semicolon-separated batch:heads:q_len:prefix:page_size. Returns the error ("" if
 // none); `shapes` gets the cases (none for "default").
 std::string parse_cases(const std::string& text, std::vector<Shape>& shapes) {
@@ -65,8 +67,6 @@ std::string parse_cases(const std::string& text, std::vector<Shape>& shapes) {
     return "'" + text + "' must be 'default' or batch:heads:q_len:prefix:page_size entries";
   return {};
 }
-
-}  // namespace
 
 std::optional<int> parse_options(int argc, char** argv, Options& out) {
   CLI::App app(

@@ -32,6 +32,10 @@ struct Options {
   std::string commit = "unknown";
 };
 
+// "default", or semicolon-separated batch:heads:q_len:prefix:page_size entries into `shapes`
+// (none for "default"). Returns the error ("" if none), which quotes the entry.
+std::string parse_cases(const std::string& text, std::vector<Shape>& shapes);
+
 // Parses `treemla bench` (argv[1] is "bench"). Returns nothing when the benchmark should run,
 // or the exit code when it should not (0 after --help, 2 after a bad option, message printed).
 std::optional<int> parse_options(int argc, char** argv, Options& out);

@@ -19,7 +19,8 @@ void usage(std::ostream& os) {
         "             is `treemla simulate --rounds 5`)\n"
         "  bench      GPU benchmark of verify attention against measured ceilings\n"
         "  bench-pool GPU benchmark of defragmentation and commit against the copy ceiling\n"
-        "  info       build configuration and visible GPUs\n\n"
+        "  info       build configuration and visible GPUs\n"
+        "  schedule   the work list the verify schedule makes for a call (no GPU needed)\n\n"
         "`treemla <command> --help` lists a command's options.\n";
 }
 
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(c, "bench")) return cmd_bench(argc, argv);
     if (!std::strcmp(c, "bench-pool")) return cmd_bench_pool(argc, argv);
     if (!std::strcmp(c, "info")) return cmd_info(argc, argv);
+    if (!std::strcmp(c, "schedule")) return cmd_schedule(argc, argv);
     std::cerr << "treemla: unknown command '" << c << "'\n\n";
     usage(std::cerr);
     return 2;

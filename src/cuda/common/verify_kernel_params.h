@@ -7,13 +7,10 @@
 #include <cstdint>
 
 #include "cuda/common/device_status.h"
+#include "cuda/common/schedule_model.h"  // kBlockM, kMinChunkBlocks, kMaxWaves
 #include "treemla/attention.h"
 
 namespace treemla::cuda {
-
-constexpr int kBlockM = 64;         // folded (node, head) rows per work item
-constexpr int kMinChunkBlocks = 8;  // a work item reads at least this many prefix blocks
-constexpr int kMaxWaves = 8;        // the schedule aims for at most this many waves of work items
 
 struct WorkspaceHeader {
   int counter;          // next work item of the main kernel; reset by schedule and combine

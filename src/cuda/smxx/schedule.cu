@@ -44,58 +44,8 @@ namespace treemla::cuda {
 namespace {
 
 constexpr int kSchedThreads = 256;
-// Wave counts the schedule chooses from (kMaxWaves in verify_kernel_params.h is the largest: the
-// partial slots are sized for it), and a work item's fixed cost in prefix blocks (its Q load,
-// pipeline fill and partial output) for the estimate.
-// Candidates of the estimate: a wave choice and the splits rounded down or up (rounding up pays
-// where a few items spill into a refined last wave: one or two waves).
-constexpr int kNumCandidates = 8;
-// Candidate c: waves {1, 1, 2, 2, 3, 4, 6, kMaxWaves}, rounded up at c = 1 and 3.
-__device__ constexpr int cand_waves(int c) {
-  return c < 2 ? 1 : c < 4 ? 2 : c == 4 ? 3 : c == 5 ? 4 : c == 6 ? 6 : kMaxWaves;
-}
-__device__ constexpr bool cand_up(int c) { return c == 1 || c == 3; }
-constexpr int kItemOverheadBlocks = 8;
-
-// Splits of a request with `pblocks` prefix blocks for a target of `waves` x the grid, given its
-// share x = pblocks * grid / total (see the header): the share rounded down (or up), at least 1,
-// at most pblocks / kMinChunkBlocks.
-__device__ __forceinline__ int splits_for(int pblocks, double x, int waves, bool up) {
-  const double t = x * waves;
-  const long long by_share = static_cast<long long>(up ? ceil(t) : floor(t));
-  const long long by_min = pblocks / kMinChunkBlocks;
-  return static_cast<int>(max(1LL, min(by_share, by_min)));
-}
-
-// The estimates of pass 1b for one candidate: its items n, their largest and smallest prefix
-// blocks, and the partial slots of its splits. `plain`: the waves of the largest item (the last
-// one partly idle); `refined`: the whole waves, then the last wave's items cut into q pieces, or
-// -1 when that cannot be (no whole wave, nothing left over, pieces under kMinChunkBlocks, or too
-// few partial slots). plain = -1: the splits' partial slots do not fit.
-struct Estimate {
-  long long plain, refined;
-  int q;
-};
-__device__ __forceinline__ Estimate candidate_estimate(unsigned n, int item_max, int item_min,
-                                                       unsigned parts, int grid, int slots,
-                                                       bool refine_ok) {
-  Estimate e{-1, -1, 1};
-  if (parts > static_cast<unsigned>(slots)) return e;
-  // 32-bit arithmetic (the item count is below 2^31, see pass 1b).
-  const unsigned g = grid > 0 ? static_cast<unsigned>(grid) : 1u;
-  const unsigned full = n / g, rest = n - full * g;
-  const long long per = item_max + kItemOverheadBlocks;
-  e.plain = (full + (rest > 0 ? 1 : 0)) * per;
-  if (refine_ok && full >= 1 && rest > 0) {
-    const unsigned q = min(g / rest, static_cast<unsigned>(item_min / kMinChunkBlocks));
-    if (q >= 2 && parts + static_cast<unsigned long long>(rest) * q <=
-                      static_cast<unsigned long long>(slots)) {
-      e.q = static_cast<int>(q);
-      e.refined = full * per + (item_max + e.q - 1) / e.q + kItemOverheadBlocks;
-    }
-  }
-  return e;
-}
+// The candidates, their estimates and the choice: cuda/common/schedule_model.h (shared with the
+// host model behind `treemla schedule`).
 
 // A request's work items, partial slots and combine groups, scanned in one pass (pass 2).
 struct Counts {
@@ -234,7 +184,10 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
     // The plain estimates in order, a later candidate taken only when 3% better; a refined last
     // wave only when its estimate is under kp.refine_pct % of that (96 for sm90a, 97 for the other
     // families: measured, its pieces cost more than the estimate's overhead says, so a refined
-    // plan estimated 2.4% faster ran 5-7% slower with sm90a; docs/verify-kernel.md).
+    // plan estimated 2.4% faster ran 5-7% slower with sm90a; docs/verify-kernel.md). The same
+    // rule as choose_candidate (schedule_model.h), written out here: calling that function
+    // compiles to other SASS than the kernel the GPU tests ran (seventeenth session);
+    // VerifyGpu.ScheduleMatchesHostModel checks that the two agree.
     int best = 0, best_r = -1;
     long long best_est = -1, best_ref = -1;
     for (int c = 0; c < kNumCandidates; ++c) {
