@@ -119,9 +119,10 @@ TREEMLA_SCHED_HD Choice choose_candidate(const Estimate* est, int refine_pct, bo
   return Choice{pair ? 0 : refine ? best_r : best, pair || !refine ? 1 : est[best_r].q};
 }
 
-// The plan's wave bound and partial slots (make_verify_plan) for a grid of `resident` CTAs (or
-// CTA pairs) on `sm_count` SMs: up to kMaxWaves waves, fewer with several CTAs per SM, so that
-// the partial slots stay at kMaxWaves per SM (128 KB each); pair mode writes two slots an item.
+// The plan's wave bound (make_verify_plan) for a grid of `resident` CTAs (or CTA pairs) on
+// `sm_count` SMs: up to kMaxWaves waves, fewer with several CTAs per SM, so that the partial
+// slots (that many waves of items, one slot each; two a pair-mode item) stay at kMaxWaves per SM,
+// 128 KB each.
 inline int plan_max_waves(int sm_count, int resident) {
   const int w = kMaxWaves * sm_count / (resident > 1 ? resident : 1);
   return w < 1 ? 1 : w > kMaxWaves ? kMaxWaves : w;
