@@ -24,7 +24,8 @@ void print_case(const bench::Shape& s, const std::string& family, int sms, int c
   const int max_waves = plan_max_waves(sms, grid);
   const int slots = max_waves * grid;
   const int pct = family == "sm90a" ? kRefinePctSm90a : kRefinePctOther;
-  const std::vector<ModelRequest> reqs(static_cast<size_t>(s.batch), ModelRequest{s.q_len, s.prefix});
+  const std::vector<ModelRequest> reqs(static_cast<size_t>(s.batch),
+                                       ModelRequest{s.q_len, s.prefix});
   const ScheduleModel m = model_schedule(reqs, s.heads, grid, slots, max_waves, pct);
   const int tiles = m.tiles.empty() ? 0 : m.tiles[0];
   std::cout << fmt::format(
@@ -32,9 +33,11 @@ void print_case(const bench::Shape& s, const std::string& family, int sms, int c
       "wave under {}% of the best plain estimate)\n",
       s.batch, s.heads, s.q_len, s.prefix, family, grid, sms, ctas_per_sm, max_waves, slots, pct);
   std::cout << fmt::format(
-      "  a request: {} rows = {} row tile{} of {}; {} prefix blocks of {} keys\n", s.q_len * s.heads,
-      tiles, tiles == 1 ? "" : "s", kBlockM, m.pblocks.empty() ? 0 : m.pblocks[0], kScheduleBlockN);
-  std::cout << "  candidate waves splits   items partials largest smallest  estimate  refined (q)\n";
+      "  a request: {} rows = {} row tile{} of {}; {} prefix blocks of {} keys\n",
+      s.q_len * s.heads, tiles, tiles == 1 ? "" : "s", kBlockM,
+      m.pblocks.empty() ? 0 : m.pblocks[0], kScheduleBlockN);
+  std::cout
+      << "  candidate waves splits   items partials largest smallest  estimate  refined (q)\n";
   for (int c = 0; c < kNumCandidates; ++c) {
     const Estimate& e = m.est[c];
     const std::string refined =
@@ -44,19 +47,18 @@ void print_case(const bench::Shape& s, const std::string& family, int sms, int c
                                cand_waves(c), cand_up(c) ? "up" : "down", max_waves);
       continue;
     }
-    std::cout << fmt::format("  {:9} {:5} {:6} {:7} {:8} {:7} {:8} {:>9}  {}\n", c, cand_waves(c),
-                             cand_up(c) ? "up" : "down", m.cand_items[c], m.cand_parts[c],
-                             m.cand_max[c], m.cand_min[c],
-                             e.plain >= 0 ? std::to_string(e.plain) : std::string("too many"),
-                             refined);
+    std::cout << fmt::format(
+        "  {:9} {:5} {:6} {:7} {:8} {:7} {:8} {:>9}  {}\n", c, cand_waves(c),
+        cand_up(c) ? "up" : "down", m.cand_items[c], m.cand_parts[c], m.cand_max[c], m.cand_min[c],
+        e.plain >= 0 ? std::to_string(e.plain) : std::string("too many"), refined);
   }
   const int splits = m.splits.empty() ? 1 : m.splits[0];
-  std::cout << fmt::format("  chosen: candidate {} ({} wave{}, splits rounded {}{}): {} split{} a "
-                           "request",
-                           m.chosen, cand_waves(m.chosen), cand_waves(m.chosen) == 1 ? "" : "s",
-                           cand_up(m.chosen) ? "up" : "down",
-                           m.refine_count > 0 ? ", refined last wave" : "", splits,
-                           splits == 1 ? "" : "s");
+  std::cout << fmt::format(
+      "  chosen: candidate {} ({} wave{}, splits rounded {}{}): {} split{} a "
+      "request",
+      m.chosen, cand_waves(m.chosen), cand_waves(m.chosen) == 1 ? "" : "s",
+      cand_up(m.chosen) ? "up" : "down", m.refine_count > 0 ? ", refined last wave" : "", splits,
+      splits == 1 ? "" : "s");
   if (m.refine_count > 0) {
     std::cout << fmt::format(
         "; {} whole work items, then {} item{} in {} pieces each: {} work items on {} CTAs",

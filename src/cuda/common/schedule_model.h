@@ -184,10 +184,9 @@ inline ScheduleModel model_schedule(const std::vector<ModelRequest>& reqs, int h
       m.cand_max[c] = imax > m.cand_max[c] ? imax : m.cand_max[c];
       m.cand_min[c] = imin < m.cand_min[c] ? imin : m.cand_min[c];
     }
-    m.est[c] = m.cand_allowed[c]
-                   ? candidate_estimate(m.cand_items[c], m.cand_max[c], m.cand_min[c],
-                                        m.cand_parts[c], grid, partial_slots, true)
-                   : Estimate{-1, -1, 1};
+    m.est[c] = m.cand_allowed[c] ? candidate_estimate(m.cand_items[c], m.cand_max[c], m.cand_min[c],
+                                                      m.cand_parts[c], grid, partial_slots, true)
+                                 : Estimate{-1, -1, 1};
   }
   const Choice ch = choose_candidate(m.est, refine_pct, false);
   m.chosen = ch.cand;
