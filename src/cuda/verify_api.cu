@@ -81,9 +81,8 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     const char* e = std::getenv("TREEMLA_REFINE_PCT");
     return e ? std::atoi(e) : -1;
   }();
-  kp.refine_pct = refine_pct_env >= 0                   ? refine_pct_env
-                  : plan.family == KernelFamily::kSm90a ? kRefinePctSm90a
-                                                        : kRefinePctOther;
+  kp.refine_pct =
+      refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(plan.family == KernelFamily::kSm90a);
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);

@@ -555,8 +555,7 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
           cudaMemcpy(&rf, ws.ptr + layout.refine, sizeof(rf), cudaMemcpyDeviceToHost));
       // The launch code's wave bound and threshold (verify_api.cu, kernel_params).
       const int max_waves = std::max(1, plan.partial_slots / plan.target_items);
-      const int pct =
-          plan.family == cuda::KernelFamily::kSm90a ? cuda::kRefinePctSm90a : cuda::kRefinePctOther;
+      const int pct = cuda::refine_pct_for(plan.family == cuda::KernelFamily::kSm90a);
       const cuda::ScheduleModel m = cuda::model_schedule(reqs, s.heads, plan.target_items,
                                                          plan.partial_slots, max_waves, pct);
       for (int b = 0; b < s.batch; ++b) EXPECT_EQ(sched[b].splits, m.splits[b]) << "request " << b;

@@ -23,7 +23,7 @@ void print_case(const bench::Shape& s, const std::string& family, int sms, int c
   const int grid = sms * ctas_per_sm;
   const int max_waves = plan_max_waves(sms, grid);
   const int slots = max_waves * grid;
-  const int pct = family == "sm90a" ? kRefinePctSm90a : kRefinePctOther;
+  const int pct = refine_pct_for(family == "sm90a");
   const std::vector<ModelRequest> reqs(static_cast<size_t>(s.batch),
                                        ModelRequest{s.q_len, s.prefix});
   const ScheduleModel m = model_schedule(reqs, s.heads, grid, slots, max_waves, pct);
@@ -39,14 +39,14 @@ void print_case(const bench::Shape& s, const std::string& family, int sms, int c
   std::cout
       << "  candidate waves splits   items partials largest smallest  estimate  refined (q)\n";
   for (int c = 0; c < kNumCandidates; ++c) {
-    const Estimate& e = m.est[c];
-    const std::string refined =
-        e.refined >= 0 ? fmt::format("{} ({})", e.refined, e.q) : std::string("-");
     if (!m.cand_allowed[c]) {
       std::cout << fmt::format("  {:9} {:5} {:6}   (more waves than the plan's {})\n", c,
                                cand_waves(c), cand_up(c) ? "up" : "down", max_waves);
       continue;
     }
+    const Estimate& e = m.est[c];
+    const std::string refined =
+        e.refined >= 0 ? fmt::format("{} ({})", e.refined, e.q) : std::string("-");
     std::cout << fmt::format(
         "  {:9} {:5} {:6} {:7} {:8} {:7} {:8} {:>9}  {}\n", c, cand_waves(c),
         cand_up(c) ? "up" : "down", m.cand_items[c], m.cand_parts[c], m.cand_max[c], m.cand_min[c],

@@ -49,6 +49,10 @@ constexpr int kItemOverheadBlocks = 8;
 // plain plan's (VerifyKernelParams::refine_pct; measured on the H200, seventeenth session).
 constexpr int kRefinePctSm90a = 96;
 constexpr int kRefinePctOther = 97;
+// The threshold of a plan's family (the launch code's default, the host model's and the tests').
+TREEMLA_SCHED_HD constexpr int refine_pct_for(bool sm90a_family) {
+  return sm90a_family ? kRefinePctSm90a : kRefinePctOther;
+}
 
 // Splits of a request with `pblocks` prefix blocks for a target of `waves` x the grid, given its
 // share x = pblocks * grid / total: the share rounded down (or up), at least 1, at most
@@ -138,7 +142,6 @@ struct ModelRequest {
 // What the schedule makes of a call (host replay of schedule.cu's passes; requests assumed valid,
 // the prefix part included). Candidate arrays are indexed by candidate.
 struct ScheduleModel {
-  int grid = 0, partial_slots = 0, max_waves = 0, refine_pct = 0;
   unsigned cand_items[kNumCandidates] = {}, cand_parts[kNumCandidates] = {};
   int cand_max[kNumCandidates] = {}, cand_min[kNumCandidates] = {};
   bool cand_allowed[kNumCandidates] = {};  // cand_waves(c) <= max_waves
@@ -151,15 +154,11 @@ struct ScheduleModel {
   int refine_first = 0, refine_count = 0;   // the refined last wave (count 0: none)
 };
 
-// refine_pct: kRefinePctSm90a or kRefinePctOther (a plan's family). Pair mode (the cluster
+// refine_pct: refine_pct_for(the plan's family is sm90a). Pair mode (the cluster
 // family) is not modeled.
 inline ScheduleModel model_schedule(const std::vector<ModelRequest>& reqs, int heads, int grid,
                                     int partial_slots, int max_waves, int refine_pct) {
   ScheduleModel m;
-  m.grid = grid;
-  m.partial_slots = partial_slots;
-  m.max_waves = max_waves;
-  m.refine_pct = refine_pct;
   long long total = 0;
   for (const ModelRequest& r : reqs) {
     const int tiles = (r.q_len * heads + kBlockM - 1) / kBlockM;
