@@ -7,9 +7,11 @@
 // neighbouring warps instead, one 128-column quarter each, a float4 a lane, so that four times the
 // warps have loads in flight (1 x 16 x 16 x 131072 on the H200: 4 groups x 33 splits, 256 rows for
 // 1,056 warps). With many rows the one-warp form is faster (fewer per-row setup loads a warp):
-// measured, docs/verify-kernel.md. Both forms add the splits in the same order. Partial LSEs are
-// log2-domain; an empty partial (-inf) gets weight 0; if all are empty the row is O = 0, LSE =
-// -inf.
+// measured, docs/verify-kernel.md. A row's chain of dependent loads is kept short: its request
+// is found by a warp-wide search (one round trip for up to 32 requests, find_base_warp), and the
+// splits are merged in one pass with a running maximum, so their loads do not wait for a pass
+// over the LSEs. Both forms add the splits in split order. Partial LSEs are log2-domain; an
+// empty partial (-inf) gets weight 0; if all are empty the row is O = 0, LSE = -inf.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -43,8 +45,9 @@ struct GroupSlots {
   }
 };
 // Group grp as (request, tile) of a request with several splits: every split a plain slot.
-__device__ __forceinline__ void split_group(const VerifyKernelParams& kp, int grp, GroupSlots& g) {
-  g.b = find_base(kp.group_base, kp.p.batch, grp);
+__device__ __forceinline__ void split_group(const VerifyKernelParams& kp, int grp, GroupSlots& g,
+                                            int lane) {
+  g.b = find_base_warp(kp.group_base, kp.p.batch, grp, lane);
   g.rs = kp.sched[g.b];
   g.tile = grp - kp.group_base[g.b];
   g.tiles = g.rs.tiles;
@@ -52,21 +55,21 @@ __device__ __forceinline__ void split_group(const VerifyKernelParams& kp, int gr
   g.s0 = g.n = g.rs.splits;
 }
 __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, int grp,
-                                                  bool refined) {
+                                                  bool refined, int lane) {
   GroupSlots g;
   g.q = 1;
   g.item0 = 0;
   g.extra_base = 0;
   if (!refined) {
     // Most calls (refine_first >= num_items, from the header): no load waits for the refinement.
-    split_group(kp, grp, g);
+    split_group(kp, grp, g, lane);
     return g;
   }
   const WorkRefine rf = *kp.refine;
   g.q = max(rf.q, 1);
   g.extra_base = rf.extra_base;
   if (grp < rf.base_groups) {
-    split_group(kp, grp, g);
+    split_group(kp, grp, g, lane);
     const RequestSched& rs = g.rs;
     // 32-bit: work item indices are below num_items (an int).
     const int ib = kp.item_base[g.b] + g.tile;  // split 0's item
@@ -77,7 +80,7 @@ __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, 
   } else {
     const int r = grp - rf.base_groups;
     const int item = rf.first + r;
-    g.b = find_base(kp.item_base, kp.p.batch, item);
+    g.b = find_base_warp(kp.item_base, kp.p.batch, item, lane);
     g.rs = kp.sched[g.b];
     g.tile = item - kp.item_base[g.b];  // one split: the item's index in the request is its tile
     g.tiles = 1;
@@ -89,57 +92,60 @@ __device__ __forceinline__ GroupSlots group_slots(const VerifyKernelParams& kp, 
   return g;
 }
 
-// Merges row `rl` of group `grp`: all 512 columns (kQuarters = 1; the lane's float4 indices
-// lane + 32 i of the row, i < 4) or the 128 of one quarter (kQuarters = 4; float4 index
-// 32 quarter + lane). One unrolled loop over the plain splits and a rolled one over the refined
-// pieces: the kernel's code stays near its size before the refinement existed, and that size
-// shows in every call, even one with nothing to merge (docs/verify-kernel.md, "The combine
-// kernel").
-template <typename T, int kQuarters>
-__device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int grp, int rl,
-                                            int quarter, int lane, bool refined) {
-  constexpr int kF4 = 4 / kQuarters;  // float4 a lane and split
+// Merges row `rl` of group `grp`: all 512 columns (kParts = 1: 16 a lane, float4 indices lane +
+// 32 i, i < 4) or the 128 of part `part` (kParts = 4: a float4 a lane, index 32 part + lane). One
+// pass over the splits in order with a running maximum (online merge): the loads of a split's LSE
+// and partial row depend on nothing before them, so the unrolled loop keeps several splits' loads
+// in flight and no separate pass over the LSEs (their maximum) sits in the row's chain of loads.
+// The additions run in split order, so the result does not depend on timing. One unrolled loop
+// over the plain splits and a rolled one over the refined pieces: code size shows in every call,
+// even one with nothing to merge (docs/verify-kernel.md, "The combine kernel").
+template <typename T, int kParts>
+__device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int grp, int rl, int part,
+                                            int lane, bool refined) {
+  constexpr int kF4 = 4 / kParts;  // float4 a lane and split
   constexpr float kLn2 = 0.69314718055994530942f;
   const int H = kp.p.num_heads;
-  const GroupSlots gs = group_slots(kp, grp, refined);
+  const GroupSlots gs = group_slots(kp, grp, refined, lane);
   if (gs.n == 0) return;
   const RequestSched& rs = gs.rs;
   const int r = gs.tile * kBlockM + rl;
   if (r >= rs.q_len * H) return;
-  float mx = -INFINITY;
-  for (int f = lane; f < gs.n; f += 32) mx = fmaxf(mx, kp.part_lse[gs.slot(f) * kBlockM + rl]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   const int64_t grow = static_cast<int64_t>(rs.q_start) * H + r;
   T* out = static_cast<T*>(kp.o) + grow * kHeadDimV;
-  const int f0 = 32 * quarter + lane;  // the lane's first float4 of the row
+  const int f0 = 32 * part + lane;  // the lane's first float4 of the row
   float acc[4 * kF4];
 #pragma unroll
   for (int i = 0; i < 4 * kF4; ++i) acc[i] = 0.f;
-  float sum = 0.f;
-  // Adds partial `slot` at weight 2^(lse - mx).
+  float m = -INFINITY, sum = 0.f;
+  // Adds partial `slot`: the running state moves to max(m, lse) and the split enters at
+  // 2^(lse - max). A row that no split has seen keeps max -inf and state 0 (both factors are 0,
+  // not NaN). Partials are finite (an empty split wrote O = 0), so none is skipped and the plain
+  // loop unrolls.
   auto add = [&](int64_t slot) {
-    const float w = exp2f(kp.part_lse[slot * kBlockM + rl] - mx);
-    sum += w;
+    const float lse = kp.part_lse[slot * kBlockM + rl];
     const float4* src =
         reinterpret_cast<const float4*>(kp.part_o + (slot * kBlockM + rl) * kHeadDimV);
+    float4 v[kF4];
+#pragma unroll
+    for (int i = 0; i < kF4; ++i) v[i] = src[f0 + 32 * i];
+    const float mn = fmaxf(m, lse);
+    const float base = mn == -INFINITY ? 0.f : mn;
+    const float a = exp2f(m - base), w = exp2f(lse - base);
+    sum = fmaf(sum, a, w);
 #pragma unroll
     for (int i = 0; i < kF4; ++i) {
-      const float4 v = src[f0 + 32 * i];
-      acc[4 * i] += w * v.x;
-      acc[4 * i + 1] += w * v.y;
-      acc[4 * i + 2] += w * v.z;
-      acc[4 * i + 3] += w * v.w;
+      acc[4 * i] = fmaf(acc[4 * i], a, w * v[i].x);
+      acc[4 * i + 1] = fmaf(acc[4 * i + 1], a, w * v[i].y);
+      acc[4 * i + 2] = fmaf(acc[4 * i + 2], a, w * v[i].z);
+      acc[4 * i + 3] = fmaf(acc[4 * i + 3], a, w * v[i].w);
     }
+    m = mn;
   };
-  if (mx != -INFINITY) {
-    // Partials are finite (an empty split wrote O = 0), so weight-0 ones need no skip and the
-    // plain loop unrolls: several splits' loads in flight at once.
-#pragma unroll(kQuarters == 1 ? 4 : 16)
-    for (int f = 0; f < gs.s0; ++f) add(gs.part0 + static_cast<int64_t>(f) * gs.tiles);
+#pragma unroll(kParts == 1 ? 2 : 8)
+  for (int f = 0; f < gs.s0; ++f) add(gs.part0 + static_cast<int64_t>(f) * gs.tiles);
 #pragma unroll 1
-    for (int f = gs.s0; f < gs.n; ++f) add(gs.slot(f));
-  }
+  for (int f = gs.s0; f < gs.n; ++f) add(gs.slot(f));
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
   for (int i = 0; i < kF4; ++i) {
@@ -149,7 +155,7 @@ __device__ __forceinline__ void combine_row(const VerifyKernelParams& kp, int gr
     packed.y = pack2<T>(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
     *reinterpret_cast<uint2*>(out + col) = packed;
   }
-  if (quarter == 0 && lane == 0) kp.lse[grow] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+  if (part == 0 && lane == 0) kp.lse[grow] = sum > 0.f ? (m + log2f(sum)) * kLn2 : -INFINITY;
 }
 
 // The merge of every group (the kernel's work when some request has several splits). Out of

@@ -182,29 +182,12 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
   __syncthreads();
   if (threadIdx.x == 0) {
     // The plain estimates in order, a later candidate taken only when 3% better; a refined last
-    // wave only when its estimate is under kp.refine_pct % of that (96 for sm90a, 97 for the other
-    // families: measured, its pieces cost more than the estimate's overhead says, so a refined
-    // plan estimated 2.4% faster ran 5-7% slower with sm90a; docs/verify-kernel.md). The same
-    // rule as choose_candidate (schedule_model.h), written out here: calling that function
-    // compiles to other SASS than the kernel the GPU tests ran (seventeenth session);
-    // VerifyGpu.ScheduleMatchesHostModel checks that the two agree.
-    int best = 0, best_r = -1;
-    long long best_est = -1, best_ref = -1;
-    for (int c = 0; c < kNumCandidates; ++c) {
-      const Estimate e = s_cand_est[c];
-      if (e.plain >= 0 && (best_est < 0 || e.plain * 100 < best_est * 97)) {
-        best = c;
-        best_est = e.plain;
-      }
-      if (e.refined >= 0 && (best_ref < 0 || e.refined < best_ref)) {
-        best_r = c;
-        best_ref = e.refined;
-      }
-    }
-    const bool refine = best_r >= 0 && best_ref * 100 < best_est * kp.refine_pct;
-    // Pair mode keeps one wave, rounded down, unrefined.
-    s_cand = kp.pair_rows > 0 ? 0 : refine ? best_r : best;
-    s_refine_q = kp.pair_rows > 0 || !refine ? 1 : s_cand_est[best_r].q;
+    // wave only when its estimate is under kp.refine_pct % of that (choose_candidate,
+    // schedule_model.h; VerifyGpu.ScheduleMatchesHostModel checks the kernel against the host
+    // model that uses the same function). Pair mode keeps one wave, rounded down, unrefined.
+    const Choice ch = choose_candidate(s_cand_est, kp.refine_pct, kp.pair_rows > 0);
+    s_cand = ch.cand;
+    s_refine_q = ch.refine_q;
   }
   __syncthreads();
   const int waves = cand_waves(s_cand);
