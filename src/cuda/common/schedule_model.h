@@ -98,10 +98,8 @@ TREEMLA_SCHED_HD Estimate candidate_estimate(unsigned n, int item_max, int item_
 // The choice among the candidates' estimates: the plain estimates in order, a later candidate
 // taken only when 3% better; a refined last wave only when its estimate is under refine_pct % of
 // that. Pair mode keeps one wave, rounded down, unrefined. `refine_q`: the chosen candidate's
-// pieces an item (1: not refined). The schedule kernel's thread 0 runs the same rule written out
-// (schedule.cu): calling this function there compiled to other SASS than the kernel the GPU tests
-// ran, so the switch waits for a GPU run; VerifyGpu.ScheduleMatchesHostModel checks that the two
-// agree.
+// pieces an item (1: not refined). The schedule kernel's thread 0 calls it (schedule.cu), as does
+// the host model below; VerifyGpu.ScheduleMatchesHostModel checks the kernel against the model.
 struct Choice {
   int cand, refine_q;
 };
