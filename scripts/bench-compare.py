@@ -31,16 +31,29 @@ def load(path):
     return doc, cases
 
 
-def runs_of(paths):
-    """{case key: [us, ...]} over several files (JSON or printed table), via bench-fit.py's reader."""
+def table_reader():
+    """bench-fit.py's reader of the table `treemla bench` prints (one parser for both scripts)."""
     spec = importlib.util.spec_from_file_location(
         "treemla_bench_fit", pathlib.Path(__file__).resolve().parent / "bench-fit.py")
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
-    cases = {}
+    return fit.table_rows
+
+
+def runs_of(paths):
+    """{case key: [us, ...]} over several files: JSON read as the one-run form reads it (results
+    and empty calls), printed tables through bench-fit.py's reader."""
+    cases, table_rows = {}, None
     for path in paths:
-        # rows_of: (family, tile, batch, heads, q_len, page_size, prefix, us)
-        for name, tile, b, h, q, page, prefix, us in fit.rows_of(path):
+        with open(path) as f:
+            text = f.read()
+        if text.lstrip().startswith("{"):
+            for k, r in load(path)[1].items():
+                cases.setdefault(k, []).append(r["us"])
+            continue
+        table_rows = table_rows or table_reader()
+        # (family, tile, batch, heads, q_len, page_size, prefix, us)
+        for name, tile, b, h, q, page, prefix, us in table_rows(path, text):
             cases.setdefault((name, tile, b, h, q, prefix, page), []).append(us)
     return cases
 

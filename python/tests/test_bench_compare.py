@@ -19,10 +19,13 @@ def run(*args):
     return p.returncode, p.stdout, p.stderr
 
 
-def bench_json(path, us_by_family):
+def bench_json(path, us_by_family, empty_us=None):
     doc = {"gpu": "test", "commit": path.stem, "results": [
         {"family": f, "tile": "smem-large", "batch": 1, "heads": 16, "q_len": 16,
          "prefix": 131072, "page_size": 64, "us": us} for f, us in us_by_family.items()]}
+    if empty_us is not None:  # the empty call, as `treemla bench --json` writes it
+        doc["empty_calls"] = [{"family": "sm90a", "tile": "smem-large", "batch": 1, "heads": 8,
+                               "q_len": 1, "prefix": 0, "page_size": 64, "us": empty_us}]
     path.write_text(json.dumps(doc))
     return path
 
@@ -60,6 +63,14 @@ def test_runs_medians_ranges_and_spread(tmp_path):
     assert "| 102.0 (100.0-110.0) | 96.0 (95.0-97.0) | 0.941 |  |" in rows["sm90a"]
     assert "| 55.0 (50.0-60.0) | 54.0 (52.0-58.0) | 0.982 | within the spread |" in rows["decode"]
     assert "2 cases" in out and "1 with the two ranges apart" in out
+
+
+def test_runs_keep_the_empty_calls_of_json_files(tmp_path):
+    base = [bench_json(tmp_path / f"b{i}.json", {"sm90a": 100.0}, 11.0 + i) for i in range(2)]
+    cand = [bench_json(tmp_path / f"c{i}.json", {"sm90a": 100.0}, 10.0 + i) for i in range(2)]
+    rc, out, err = run("--baseline-runs", *base, "--candidate-runs", *cand)
+    assert rc == 0, err
+    assert "| sm90a | smem-large | 1 | 8 | 1 | 0 | 64 | 11.5 (11.0-12.0) | 10.5 (10.0-11.0) |" in out
 
 
 def test_bad_uses_are_refused_with_a_message(tmp_path):
