@@ -18,8 +18,10 @@
 //        chunk; tells WG0 (barrier B); O_R = (O_R * 2^(m - mA) + P_A V_A[:, 256:]) * 2^(mA - mB)
 //        + P_B V_B[:, 256:].
 //   WG0: waits for B; O_L = O_L * 2^(mA - mB) + P_B V_B[:, 0:256].
-// Both end the pair at row max mB. Each group keeps the row sums of the P it computed, at the
-// current max; the epilogue adds the two. Every S is computed once, every P V column once, and
+// Each group's product with its own P takes P from registers (wgmma with A in registers: the
+// accumulator layout of S is the fragment layout of A); the other group's reads it from the rope
+// chunk. Both end the pair at row max mB. Each group keeps the row sums of the P it computed, at
+// the current max; the epilogue adds the two. Every S is computed once, every P V column once, and
 // one group's softmax runs while the other's products keep the tensor cores busy. A thread skips
 // a rescale of O that moves none of its two rows' maxima (most blocks of a long prefix; 3% at
 // 1, 128, 64, 131072); when B moves none of WG1's, WG1 also issues its second P V without
@@ -38,7 +40,10 @@
 // whole 32-key halves (no faster than cp.async), tiles of at most 16 rows computed transposed
 // (S^T = K Q^T, O^T += V^T P^T: decode 6-8% faster, but the tree shapes 1-3% slower with that
 // path in the kernel; commit e196e0e has it), a FlashMLA-like order (each group's own P from
-// registers, the next S issued right after the group's products: 17-21% slower; 93968a3).
+// registers, the next S issued right after the group's products: 17-21% slower; 93968a3); TMA
+// tensor boxes for the KV blocks again, with no proxy fence for them (32- or 64-row boxes: 24-45%
+// slower than cp.async, cause not found; nineteenth session); Q's rope chunk in registers for S
+// (ptxas serializes every wgmma and spills).
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
@@ -267,6 +272,22 @@ __device__ __forceinline__ void compute_pv(float (&o)[128], uint32_t stage, int 
   wgmma_commit();
 }
 
+// The same with this group's own P from registers (pk from write_p): 8 KB of shared-memory reads
+// fewer a product.
+template <typename T, class Tr>
+__device__ __forceinline__ void compute_pv_rs(float (&o)[128], const uint32_t (&pk)[16],
+                                              uint32_t stage, int half) {
+  const uint64_t dv = make_desc(stage + 4 * half * Tr::kChunkBytes, Tr::kChunkBytes, 1024);
+  fence_regs(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a[4] = {pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3]};
+    wgmma_m64n256k16_rs_tnspb<T>(o, a, dv + static_cast<uint64_t>((kk * 2048) >> 4), 1);
+  }
+  wgmma_commit();
+}
+
 // What the compute threads know about their two rows: r0 = 16 w + g and r1 = r0 + 8.
 struct RowInfo {
   int r0, r1;  // tile rows
@@ -323,12 +344,14 @@ __device__ __forceinline__ void row_max(const float (&s)[32], float& mx0, float&
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
 }
 
-// P = 2^(S sc - m sc) into the rope chunk at `pbase` (64 rows x 64 keys, swizzled); returns the
-// thread's partial row sums.
+// P = 2^(S sc - m sc) into the rope chunk at `pbase` (64 rows x 64 keys, swizzled), for the other
+// group's product; returns the thread's partial row sums and its P as the A fragments of the four
+// k-steps of this group's own product (pk[4 kk .. 4 kk + 3]: keys 16 kk .. 16 kk + 15; the
+// accumulator layout of S is the fragment layout of A).
 template <typename T>
 __device__ __forceinline__ void write_p(const float (&s)[32], float m0, float m1, float sc,
                                         uint32_t pbase, const RowInfo& ri, int q4, float& rs0,
-                                        float& rs1) {
+                                        float& rs1, uint32_t (&pk)[16]) {
   const float mu0 = m0 == -INFINITY ? 0.f : m0 * sc, mu1 = m1 == -INFINITY ? 0.f : m1 * sc;
   rs0 = rs1 = 0.f;
 #pragma unroll
@@ -341,8 +364,10 @@ __device__ __forceinline__ void write_p(const float (&s)[32], float m0, float m1
     rs1 += p2 + p3;
     const uint32_t a0 = pbase + swizzle128(ri.r0, i) + 4 * q4;
     const uint32_t a1 = pbase + swizzle128(ri.r1, i) + 4 * q4;
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(pack2<T>(p0, p1)) : "memory");
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(pack2<T>(p2, p3)) : "memory");
+    pk[2 * i] = pack2<T>(p0, p1);
+    pk[2 * i + 1] = pack2<T>(p2, p3);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(pk[2 * i]) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(pk[2 * i + 1]) : "memory");
   }
 }
 
@@ -409,7 +434,8 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       float ma0 = m0, ma1 = m1;
       row_max(s, ma0, ma1);
       float rs0, rs1;
-      write_p<T>(s, ma0, ma1, sc, p0base, ri, q4, rs0, rs1);
+      uint32_t pk[16];
+      write_p<T>(s, ma0, ma1, sc, p0base, ri, q4, rs0, rs1, pk);
       if (q4 == 0) {
         s_max[ri.r0] = ma0;
         s_max[ri.r1] = ma1;
@@ -424,7 +450,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       l0 = l0 * a0 + rs0;
       l1 = l1 * a1 + rs1;
       if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);  // most blocks of a long prefix move no max
-      compute_pv<T, Tr>(o, stage0, 0);
+      compute_pv_rs<T, Tr>(o, pk, stage0, 0);
       m0 = ma0;
       m1 = ma1;
       wgmma_wait<0>();
@@ -451,6 +477,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
     } else {
       // S_B runs while WG0 works on A; the softmax of B waits for WG0's max.
       float mb0 = -INFINITY, mb1 = -INFINITY, rs0 = 0.f, rs1 = 0.f;
+      uint32_t pk[16];
       if (has_b) {
         compute_s<T, Tr>(s, smem, 1, uses[1] & 1);
         wgmma_wait<0>();
@@ -464,7 +491,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
       mb0 = fmaxf(mb0, ma0);
       mb1 = fmaxf(mb1, ma1);
       if (has_b) {
-        write_p<T>(s, mb0, mb1, sc, p1base, ri, q4, rs0, rs1);
+        write_p<T>(s, mb0, mb1, sc, p1base, ri, q4, rs0, rs1, pk);
         if (q4 == 0) {
           s_max[64 + ri.r0] = mb0;
           s_max[64 + ri.r1] = mb1;
@@ -484,7 +511,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
           fence_regs(o);
           scale_o(o, b0, b1);
         }
-        compute_pv<T, Tr>(o, stage1, 1);
+        compute_pv_rs<T, Tr>(o, pk, stage1, 1);
         wgmma_wait<1>();
         release(0);
         wgmma_wait<0>();
