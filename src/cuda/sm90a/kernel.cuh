@@ -41,7 +41,7 @@
 // (S^T = K Q^T, O^T += V^T P^T: decode 6-8% faster, but the tree shapes 1-3% slower with that
 // path in the kernel; commit e196e0e has it), a FlashMLA-like order (each group's own P from
 // registers, the next S issued right after the group's products: 17-21% slower; 93968a3); TMA
-// tensor boxes for the KV blocks again, with no proxy fence for them (32- or 64-row boxes: 24-45%
+// tensor boxes for the KV blocks again, with no proxy fence for them (32- or 64-row boxes: 23-56%
 // slower than cp.async, cause not found; nineteenth session); Q's rope chunk in registers for S
 // (ptxas serializes every wgmma and spills).
 //
