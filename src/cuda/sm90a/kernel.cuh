@@ -42,8 +42,9 @@
 // path in the kernel; commit e196e0e has it), a FlashMLA-like order (each group's own P from
 // registers, the next S issued right after the group's products: 17-21% slower; 93968a3); TMA
 // tensor boxes for the KV blocks again, with no proxy fence for them (32- or 64-row boxes: 23-56%
-// slower than cp.async, cause not found; nineteenth session); Q's rope chunk in registers for S
-// (ptxas serializes every wgmma and spills).
+// slower than cp.async; a part's boxes land later than its cp.async rows, and beside wgmma they
+// cost as much: bench/micro/copy_modes.cu), and with a full barrier a chunk (still 12-20% slower);
+// Q's rope chunk in registers for S (ptxas serializes every wgmma and spills).
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
