@@ -15,8 +15,8 @@
 //   - Warpgroups 0 and 1 (with --iters > 0) run per iteration the family's products on a stage:
 //     S = Q K^T (36 wgmma m64n64k16, both from shared memory) and O += P V (4 wgmma m64n256k16,
 //     P from the stage's rope chunk, V from its latent chunks). WG0 reads stage i & 1 at iteration
-//     i, WG1 stage (i + 1) & 1 (the see-saw); each waits for the stage's copy to land (unless
-//     --no-wait) and frees it after its products. The producer refills a stage once both groups
+//     i, WG1 stage (i + 1) & 1 (the see-saw); each waits for the stage's copy to land and frees it
+//     after its products. The producer refills a stage once both groups
 //     have freed it. So the copies run at the rate of the products, as in the kernel.
 // With --iters 0 the producer streams --blocks blocks a CTA through the two stages as fast as they
 // land (or, with --stages 1, one at a time: the latency of a block).
@@ -73,11 +73,10 @@ const char* const kModeNames[kNumModes] = {"none",   "cpasync", "tma64",  "tma32
 bool is_tma(int mode) { return mode >= kTma64 && mode <= kTma1Box; }
 
 struct Params {
-  CUtensorMap map;          // the mode's box, when a TMA mode
-  const CUtensorMap* gmap;  // the same map in global memory (--desc global), else null
+  CUtensorMap map;  // the mode's box, when a TMA mode
   const T* src;
   int64_t src_blocks;  // 64-row blocks in src
-  int mode, stages, blocks, iters, wait, l2;
+  int mode, stages, blocks, iters, l2;
   unsigned long long* out;  // per CTA: producer cycles, blocks copied, WG0 cycles, WG1 cycles
 };
 
@@ -111,14 +110,14 @@ __device__ __forceinline__ void wait_bar(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ int64_t block_row(const Params& p, int j) {
   const int64_t b = p.l2 == 2   ? j % 256  // every CTA reads the same block at about the same time
                     : p.l2 == 1 ? (blockIdx.x * 7 + j) % 256
-                                : (static_cast<int64_t>(blockIdx.x) * p.blocks + j) % p.src_blocks;
+                                : (blockIdx.x * (p.src_blocks / gridDim.x) + j) % p.src_blocks;
   return b * 64;
 }
 
 __device__ void produce(const Params& p, uint32_t smem, int n_blocks) {
   const int t = threadIdx.x - 256;
   const uint32_t full0 = smem + kOffBars, empty0 = full0 + 16;
-  const void* map = p.gmap != nullptr ? static_cast<const void*>(p.gmap) : &p.map;
+  const void* map = &p.map;  // in the kernel parameters, as the sm90a family would have it
   if (t == 0 && p.mode >= kTma64 && p.mode <= kTma1Box) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
   }
@@ -129,9 +128,7 @@ __device__ void produce(const Params& p, uint32_t smem, int n_blocks) {
     const uint32_t full = full0 + 8 * s, stage = smem + kOffStages + s * kTileBytes;
     if (use > 0) {
       wait_bar(full, (use - 1) & 1);  // the stage's previous copy has landed
-      // and both groups are done (with --no-wait the groups run free and the copies only
-      // overwrite the stages at their own pace)
-      if (p.iters > 0 && p.wait) wait_bar(empty0 + 8 * s, (use - 1) & 1);
+      if (p.iters > 0) wait_bar(empty0 + 8 * s, (use - 1) & 1);  // and both groups are done
     }
     const int64_t row = block_row(p, j);
     const T* src = p.src + row * kCols;
@@ -219,10 +216,8 @@ __device__ void consume(const Params& p, uint32_t smem) {
     const int st = (it + wg) & 1;
     const uint32_t stage = smem + kOffStages + st * kTileBytes;
     const uint32_t parity = (it >> 1) & 1;
-    if (p.wait) {
-      wait_bar(full0 + 8 * st, parity);
-      if (p.mode == kCpAsync) fence_proxy_async();
-    }
+    wait_bar(full0 + 8 * st, parity);
+    if (p.mode == kCpAsync) fence_proxy_async();  // generic-proxy writes, read by wgmma
     const uint64_t dk = make_desc(stage, 16, 1024);
     fence_regs(s);
     wgmma_fence();
@@ -313,8 +308,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 int main(int argc, char** argv) {
   std::vector<std::string> modes;
-  int stages = 2, blocks = 512, iters = 0, wait = 1, l2 = 0, reps = 5;
-  bool desc_global = false;
+  int stages = 2, blocks = 512, iters = 0, l2 = 0, reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -332,20 +326,16 @@ int main(int argc, char** argv) {
       blocks = std::atoi(next());
     else if (a == "--iters")
       iters = std::atoi(next());
-    else if (a == "--no-wait")
-      wait = 0;
     else if (a == "--l2")
       l2 = 1;
     else if (a == "--l2-same")
       l2 = 2;
     else if (a == "--reps")
       reps = std::atoi(next());
-    else if (a == "--desc")
-      desc_global = std::string(next()) == "global";
     else {
       std::fprintf(stderr,
                    "usage: copy_modes [--mode M]... [--stages 1|2] [--blocks N] [--iters N] "
-                   "[--no-wait] [--l2|--l2-same] [--reps N] [--desc param|global]\n  modes:");
+                   "[--l2|--l2-same] [--reps N]\n  modes:");
       for (const char* m : kModeNames) std::fprintf(stderr, " %s", m);
       std::fprintf(stderr, "\n");
       return 2;
@@ -354,6 +344,11 @@ int main(int argc, char** argv) {
   if (modes.empty()) modes.assign(kModeNames, kModeNames + kNumModes);
   if (stages != 1 && stages != 2) {
     std::fprintf(stderr, "--stages must be 1 or 2 (got %d)\n", stages);
+    return 2;
+  }
+  if (blocks < 1 || iters < 0 || reps < 1) {
+    std::fprintf(stderr, "--blocks and --reps must be >= 1 and --iters >= 0 (got %d, %d, %d)\n",
+                 blocks, reps, iters);
     return 2;
   }
   if (iters > 0 && stages != 2) {
@@ -365,28 +360,25 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, dev));
 
-  // Every CTA's blocks distinct in HBM (or the 256-block window of --l2).
-  const int64_t src_blocks = std::max<int64_t>(256, int64_t{sms} * std::max(blocks, iters + 2));
+  // Every CTA's blocks distinct in HBM, or the 256-block window of --l2 / --l2-same.
+  const int64_t per_cta = iters > 0 ? iters + 1 : blocks;
+  const int64_t src_blocks = l2 ? 256 : int64_t{sms} * per_cta;
   const int64_t rows = src_blocks * 64;
   T* src = nullptr;
   CHECK(cudaMalloc(&src, rows * kRowBytes));
   CHECK(cudaMemset(src, 0, rows * kRowBytes));
   unsigned long long* out = nullptr;
   CHECK(cudaMalloc(&out, sizeof(unsigned long long) * 4 * sms));
-  CUtensorMap* gmap = nullptr;
-  CHECK(cudaMalloc(&gmap, sizeof(CUtensorMap)));
   CHECK(cudaFuncSetAttribute(copy_modes_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kSmemBytes));
   const auto encode = encoder();
 
-  std::printf("# copy_modes: %d SMs, %d MHz, stages %d, %s, %s, %s, desc %s\n", sms, clk_khz / 1000,
-              stages,
+  std::printf("# copy_modes: %d SMs, %d MHz, stages %d, %s, %s\n", sms, clk_khz / 1000, stages,
               iters > 0 ? ("iters " + std::to_string(iters)).c_str()
                         : ("blocks " + std::to_string(blocks)).c_str(),
               l2 == 2 ? "L2 window, same blocks"
               : l2    ? "L2 window"
-                      : "HBM",
-              wait ? "wait" : "no-wait", desc_global ? "global" : "param");
+                      : "HBM");
   std::printf("%-8s %10s %12s %12s %12s %12s\n", "mode", "us", "GB/s", "clk/block", "wgmma_TF",
               "clk/iter");
   for (const std::string& name : modes) {
@@ -404,7 +396,6 @@ int main(int argc, char** argv) {
     p.stages = stages;
     p.blocks = blocks;
     p.iters = iters;
-    p.wait = wait;
     p.l2 = l2;
     p.out = out;
     if (is_tma(mode)) {
@@ -422,10 +413,6 @@ int main(int argc, char** argv) {
       if (r != CUDA_SUCCESS) {
         std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
         return 1;
-      }
-      if (desc_global) {
-        CHECK(cudaMemcpy(gmap, &p.map, sizeof(CUtensorMap), cudaMemcpyHostToDevice));
-        p.gmap = gmap;
       }
     }
     cudaEvent_t e0, e1;
