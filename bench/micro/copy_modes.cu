@@ -9,15 +9,14 @@
 //     `tma64` / `tma32` / `tma64n` issue 2-D TMA boxes of 64 or 32 rows x 64 elements with the
 //     128-byte swizzle (`n`: no swizzle) from one thread, `tma1box` one 3-D box of the whole
 //     block (the cache seen as [chunk][row][64 elements], so the box lands in the chunk layout);
-//     `bulk8k` issues nine 1-D bulk copies of
-//     8 KB (the block's contiguous bytes, not the layout wgmma reads) and `bulkrow` one bulk copy
-//     a row (1,152 bytes, issued by the 32 lanes of one warp).
+//     `bulk8k` issues nine 1-D bulk copies of 8 KB (the block's contiguous bytes, not the layout
+//     wgmma reads) and `bulkrow` one bulk copy a row (1,152 bytes, by the 32 lanes of one warp).
 //   - Warpgroups 0 and 1 (with --iters > 0) run per iteration the family's products on a stage:
 //     S = Q K^T (36 wgmma m64n64k16, both from shared memory) and O += P V (4 wgmma m64n256k16,
 //     P from the stage's rope chunk, V from its latent chunks). WG0 reads stage i & 1 at iteration
 //     i, WG1 stage (i + 1) & 1 (the see-saw); each waits for the stage's copy to land and frees it
-//     after its products. The producer refills a stage once both groups
-//     have freed it. So the copies run at the rate of the products, as in the kernel.
+//     after its products (P V is the family's own compute_pv). The producer refills a stage once
+//     both groups have freed it, so the copies run at the rate of the products, as in the kernel.
 // With --iters 0 the producer streams --blocks blocks a CTA through the two stages as fast as they
 // land (or, with --stages 1, one at a time: the latency of a block).
 //
