@@ -69,7 +69,7 @@ enum Mode {
 };
 const char* const kModeNames[kNumModes] = {"none",   "cpasync", "tma64",  "tma32",
                                            "tma64n", "tma1box", "bulk8k", "bulkrow"};
-bool is_tma(int mode) { return mode >= kTma64 && mode <= kTma1Box; }
+__host__ __device__ constexpr bool is_tma(int mode) { return mode >= kTma64 && mode <= kTma1Box; }
 
 struct Params {
   CUtensorMap map;  // the mode's box, when a TMA mode
@@ -98,11 +98,6 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const void* map, int x, int
       : "memory");
 }
 
-__device__ __forceinline__ void wait_bar(uint32_t bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-
 // The first row of block j of this CTA: distinct blocks per CTA from HBM, or a 256-block window
 // that every CTA shares (L2-resident): with --l2 each CTA at its own place in it, with --l2-same
 // all CTAs at the same block (the sm90a family's row tiles of one request read the same blocks).
@@ -117,7 +112,7 @@ __device__ void produce(const Params& p, uint32_t smem, int n_blocks) {
   const int t = threadIdx.x - 256;
   const uint32_t full0 = smem + kOffBars, empty0 = full0 + 16;
   const void* map = &p.map;  // in the kernel parameters, as the sm90a family would have it
-  if (t == 0 && p.mode >= kTma64 && p.mode <= kTma1Box) {
+  if (t == 0 && is_tma(p.mode)) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
   }
   const long long t0 = clock64();
@@ -126,8 +121,8 @@ __device__ void produce(const Params& p, uint32_t smem, int n_blocks) {
     const int use = p.stages == 1 ? j : (j >> 1);
     const uint32_t full = full0 + 8 * s, stage = smem + kOffStages + s * kTileBytes;
     if (use > 0) {
-      wait_bar(full, (use - 1) & 1);  // the stage's previous copy has landed
-      if (p.iters > 0) wait_bar(empty0 + 8 * s, (use - 1) & 1);  // and both groups are done
+      mbar_wait(full, (use - 1) & 1);  // the stage's previous copy has landed
+      if (p.iters > 0) mbar_wait(empty0 + 8 * s, (use - 1) & 1);  // and both groups are done
     }
     const int64_t row = block_row(p, j);
     const T* src = p.src + row * kCols;
@@ -136,19 +131,13 @@ __device__ void produce(const Params& p, uint32_t smem, int n_blocks) {
         if (t == 0) mbar_arrive(full);
         break;
       case kCpAsync:
-        // As the sm90a family: thread t copies 16-byte unit t % 8 of rows t / 8 + 16 j of every
-        // chunk (a warp: 4 rows x 128 contiguous bytes an instruction).
+        // The sm90a family's own copy (copy_rows): thread t copies 16-byte unit t % 8 of rows
+        // t / 8 + 16 j of every chunk (a warp: 4 rows x 128 contiguous bytes an instruction).
+        {
+          int64_t rows[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int r = (t >> 3) + 16 * j, u = t & 7;
-          const uint32_t dst = stage + swizzle128(r, u);
-          const T* s = src + r * kCols + u * 8;
-#pragma unroll
-          for (int c = 0; c < 9; ++c) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + c * kChunkBytes),
-                         "l"(s + c * 64)
-                         : "memory");
-          }
+          for (int j = 0; j < 4; ++j) rows[j] = (row + (t >> 3) + 16 * j) * kCols;
+          copy_rows<T>(stage, p.src, rows, t, 0, 9);
         }
         cp_async_mbar_arrive(full);
         break;
@@ -195,7 +184,7 @@ __device__ void produce(const Params& p, uint32_t smem, int n_blocks) {
   // Every copy lands before the CTA may exit.
   for (int s = 0; s < (p.stages == 1 ? 1 : 2) && s < n_blocks; ++s) {
     const int uses = p.stages == 1 ? n_blocks : (n_blocks - s + 1) / 2;
-    wait_bar(full0 + 8 * s, (uses - 1) & 1);
+    mbar_wait(full0 + 8 * s, (uses - 1) & 1);
   }
   if (t == 0) {
     p.out[4 * blockIdx.x + 0] = clock64() - t0;
@@ -215,7 +204,7 @@ __device__ void consume(const Params& p, uint32_t smem) {
     const int st = (it + wg) & 1;
     const uint32_t stage = smem + kOffStages + st * kTileBytes;
     const uint32_t parity = (it >> 1) & 1;
-    wait_bar(full0 + 8 * st, parity);
+    mbar_wait(full0 + 8 * st, parity);
     if (p.mode == kCpAsync) fence_proxy_async();  // generic-proxy writes, read by wgmma
     const uint64_t dk = make_desc(stage, 16, 1024);
     fence_regs(s);
