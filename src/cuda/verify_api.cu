@@ -90,6 +90,7 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.group_base = reinterpret_cast<int*>(base + l.group_base);
   kp.sched = reinterpret_cast<RequestSched*>(base + l.sched);
   kp.refine = reinterpret_cast<WorkRefine*>(base + l.refine);
+  kp.groups = reinterpret_cast<CombineGroup*>(base + l.groups);
   kp.part_o = reinterpret_cast<float*>(base + l.part_o);
   kp.part_lse = reinterpret_cast<float*>(base + l.part_lse);
   return kp;

@@ -69,22 +69,6 @@ __device__ __forceinline__ int find_base(const int* base, int n, int x) {
   return lo;
 }
 
-// find_base for a whole warp (every lane calls it with the same arguments and gets the same
-// answer): each step tests 32 evenly spaced entries at once, so n <= 32 entries take one round
-// trip to memory and n <= 1,024 two, where the binary search takes log2(n). Same contract:
-// base[0] <= x.
-__device__ __forceinline__ int find_base_warp(const int* base, int n, int x, int lane) {
-  int lo = 0, hi = n;  // the answer is in [lo, hi), and base[lo] <= x
-  while (hi - lo > 1) {
-    const int step = (hi - lo + 31) >> 5;
-    const int i = lo + lane * step;
-    const unsigned le = __ballot_sync(0xffffffffu, i < hi && base[i] <= x);
-    lo += (31 - __clz(le)) * step;  // lane 0 tests base[lo] <= x: le is never 0
-    hi = min(hi, lo + step);
-  }
-  return lo;
-}
-
 // Where work item `item` of the schedule sits: request b, row tile, and its index among the
 // request's items of that tile (items of a request go tile-fastest). That index is the split,
 // except for the cluster family's pair items, which cover splits 2 index and 2 index + 1.

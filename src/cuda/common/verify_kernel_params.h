@@ -52,6 +52,23 @@ struct WorkRefine {
   int reserved[3];
 };
 
+// One combine group as the schedule kernel resolves it (schedule.cu), read by the combine kernel
+// in one 64-byte load instead of a chain of dependent lookups (group_base, sched, item_base,
+// refine). Its n partial slots are group_slot(g, f), f < n (combine.cu); n = 0: nothing to merge.
+// Groups below WorkRefine::base_groups are the (request, tile) pairs of requests with several
+// splits: split f < s0 wrote slot part0 + f * tiles; the splits from s0 on are work items of the
+// refined last wave, each cut into q pieces with consecutive slots (extra_base + (item0 + (s0 + j)
+// * tiles) * q + piece, item0 = split 0's work item minus WorkRefine::first). Group base_groups + r
+// is refined item r when its request has one split (else that item is merged with its tile's
+// group, and n = 0). q_start, q_len: the request's (its rows and where they go).
+struct alignas(16) CombineGroup {
+  long long part0;
+  int tile, n, s0, q;
+  int tiles, item0, extra_base, q_start;
+  int q_len, reserved[5];
+};
+static_assert(sizeof(CombineGroup) == 64, "one combine group: four 16-byte loads");
+
 struct VerifyKernelParams {
   VerifyParams p;
   void* o;           // [total_q, H, 512] p.dtype
@@ -79,17 +96,18 @@ struct VerifyKernelParams {
   int refine_pct;
   // workspace views
   WorkspaceHeader* hdr;
-  int* item_base;       // [batch + 1]
-  int* group_base;      // [batch + 1]
-  RequestSched* sched;  // [batch]
-  WorkRefine* refine;   // the refined last wave
-  float* part_o;        // [partial_slots, kBlockM, 512] normalized partial outputs
-  float* part_lse;      // [partial_slots, kBlockM] log2-domain LSE of each partial
+  int* item_base;        // [batch + 1]
+  int* group_base;       // [batch + 1]
+  RequestSched* sched;   // [batch]
+  WorkRefine* refine;    // the refined last wave
+  CombineGroup* groups;  // [partial_slots]: the call's combine groups (hdr->num_groups of them)
+  float* part_o;         // [partial_slots, kBlockM, 512] normalized partial outputs
+  float* part_lse;       // [partial_slots, kBlockM] log2-domain LSE of each partial
 };
 
 // Workspace layout, computed identically on host and device.
 struct WorkspaceLayout {
-  size_t header, item_base, group_base, sched, refine, part_o, part_lse, total;
+  size_t header, item_base, group_base, sched, refine, groups, part_o, part_lse, total;
 };
 
 inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -107,6 +125,8 @@ inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots) {
   off = align_up(off + sizeof(RequestSched) * max_batch, 256);
   l.refine = off;
   off = align_up(off + sizeof(WorkRefine), 256);
+  l.groups = off;  // groups <= partial slots: each has two or more
+  off = align_up(off + sizeof(CombineGroup) * size_t(partial_slots), 256);
   l.part_o = off;
   off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM * kHeadDimV, 256);
   l.part_lse = off;

@@ -55,6 +55,52 @@ __device__ __forceinline__ Counts operator+(const Counts& a, const Counts& b) {
   return Counts{a.items + b.items, a.parts + b.parts, a.groups + b.groups};
 }
 
+// The combine groups of the call (CombineGroup, verify_kernel_params.h), one thread a group, from
+// the entries the kernel wrote above: what the combine kernel would otherwise look up with a chain
+// of dependent loads a row.
+__device__ void write_combine_groups(const VerifyKernelParams& kp, int batch) {
+  const int num_groups = kp.hdr->num_groups;
+  const bool refined = kp.hdr->refine_first < kp.hdr->num_items;
+  const WorkRefine rf = *kp.refine;
+  for (int grp = threadIdx.x; grp < num_groups; grp += kSchedThreads) {
+    CombineGroup g{};
+    g.q = refined ? max(rf.q, 1) : 1;
+    g.extra_base = refined ? rf.extra_base : 0;
+    if (!refined || grp < rf.base_groups) {
+      const int b = find_base(kp.group_base, batch, grp);
+      const RequestSched rs = kp.sched[b];
+      g.tile = grp - kp.group_base[b];
+      g.tiles = rs.tiles;
+      g.part0 = rs.part_base + static_cast<long long>(g.tile);
+      g.s0 = g.n = rs.splits;
+      g.q_start = rs.q_start;
+      g.q_len = rs.q_len;
+      if (refined) {
+        // 32-bit: work item indices are below num_items (an int).
+        const int ib = kp.item_base[b] + g.tile;  // split 0's item
+        g.item0 = ib - rf.first;
+        if (ib + (rs.splits - 1) * rs.tiles >= rf.first)
+          g.s0 = ib >= rf.first ? 0 : (rf.first - ib + rs.tiles - 1) / rs.tiles;
+        g.n = g.s0 + (rs.splits - g.s0) * g.q;
+      }
+    } else {
+      const int r = grp - rf.base_groups;
+      const int item = rf.first + r;
+      const int b = find_base(kp.item_base, batch, item);
+      const RequestSched rs = kp.sched[b];
+      g.tile = item - kp.item_base[b];  // one split: the item's index in the request is its tile
+      g.tiles = 1;
+      g.part0 = 0;
+      g.item0 = r;
+      g.s0 = 0;
+      g.n = rs.splits == 1 ? g.q : 0;
+      g.q_start = rs.q_start;
+      g.q_len = rs.q_len;
+    }
+    kp.groups[grp] = g;
+  }
+}
+
 __global__ void __launch_bounds__(kSchedThreads, 1)
     verify_schedule_kernel(const __grid_constant__ VerifyKernelParams kp) {
   using Reduce = cub::BlockReduce<long long, kSchedThreads>;
@@ -261,6 +307,8 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
     kp.hdr->num_groups = groups;
     kp.hdr->counter = 0;
   }
+  __syncthreads();  // the requests' entries, the bases, the refinement and the header
+  write_combine_groups(kp, batch);
 }
 
 }  // namespace
