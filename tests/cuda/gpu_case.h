@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -235,14 +236,22 @@ inline ::testing::AssertionResult matches(const GpuResult& g, const CpuResult& r
   return res;
 }
 
+// The request whose work items hold item `item` (item_base: the schedule's [batch + 1] prefix sum
+// of items; requests with no items are skipped).
+inline int request_of_item(const std::vector<int>& item_base, int item) {
+  return static_cast<int>(std::upper_bound(item_base.begin(), item_base.end() - 1, item) -
+                          item_base.begin() - 1);
+}
+
 // The split boundaries the schedule makes for d.p: runs cuda::verify_schedule on ws (a workspace
 // of plan.workspace_bytes) and reads back the per-request schedule (RequestSched and WorkRefine in
 // src/cuda/common/verify_kernel_params.h). Split s of request b reads the 32-row prefix blocks
 // [s * pblocks / splits, (s + 1) * pblocks / splits); a work item of the refined last wave cuts its
 // split's blocks [b0, e0) into q near-equal pieces, piece k starting at b0 + k (e0 - b0) / q.
 // Returns, per request, the first logical row (32 x the block) of each split s = 1 .. splits - 1
-// and of each refined piece k = 1 .. q - 1 (empty: one split, nothing refined). The only place in
-// the tests that knows the schedule's layout: adapt it here when that changes.
+// and of each refined piece k = 1 .. q - 1 (empty: one split, nothing refined). With
+// request_of_item and expect_groups_cover_partials, the only place in the tests that knows the
+// schedule's layout: adapt it here when that changes.
 inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d,
                                                              const cuda::VerifyPlan& plan,
                                                              void* ws) {
@@ -271,14 +280,74 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
   }
   for (int r = 0; r < rf.count; ++r) {
     const int item = rf.first + r;
-    const size_t b = static_cast<size_t>(
-        std::upper_bound(item_base.begin(), item_base.end() - 1, item) - item_base.begin() - 1);
+    const size_t b = static_cast<size_t>(request_of_item(item_base, item));
     const cuda::RequestSched& rs = sched[b];
     const int64_t s = (item - item_base[b]) / rs.tiles;
     const int64_t b0 = split_begin(rs, s), len = split_begin(rs, s + 1) - b0;
     for (int64_t k = 1; k < rf.q; ++k) out[b].push_back(kScheduleBlockRows * (b0 + k * len / rf.q));
   }
   return out;
+}
+
+// The combine groups the schedule kernel writes (CombineGroup, read by the combine kernel) against
+// the work items' partial slots, computed here as the main kernels do (work_item,
+// verify_device.cuh): every slot an item writes is slot f < n of exactly one group, that group is
+// the item's request and row tile, and it carries the request's rows; no group has a slot no item
+// writes. A group with n = 0 (a refined item of a request with several splits) is merged with its
+// tile's group.
+inline void expect_groups_cover_partials(const uint8_t* ws, const cuda::WorkspaceLayout& layout,
+                                         const cuda::WorkspaceHeader& hdr,
+                                         const cuda::WorkRefine& rf,
+                                         const std::vector<cuda::RequestSched>& sched) {
+  const int batch = static_cast<int>(sched.size());
+  std::vector<int> item_base(static_cast<size_t>(batch) + 1);
+  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), ws + layout.item_base,
+                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  std::vector<cuda::CombineGroup> groups(static_cast<size_t>(hdr.num_groups));
+  TREEMLA_CUDA_CHECK(cudaMemcpy(groups.data(), ws + layout.groups,
+                                groups.size() * sizeof(cuda::CombineGroup),
+                                cudaMemcpyDeviceToHost));
+  // slot -> (request, tile) of the item that writes it
+  std::map<int64_t, std::pair<int, int>> writer;
+  const bool refined = hdr.refine_first < hdr.num_items;
+  const int q = refined ? std::max(rf.q, 1) : 1;
+  for (int item = 0; item < hdr.num_items; ++item) {
+    const bool piece = refined && item >= rf.first;
+    const int at = piece ? rf.first + (item - rf.first) / q : item;
+    const int b = request_of_item(item_base, at);
+    ASSERT_GE(b, 0);
+    const cuda::RequestSched& rs = sched[static_cast<size_t>(b)];
+    const int local = at - item_base[static_cast<size_t>(b)];
+    const int tile = local % rs.tiles, index = local / rs.tiles;
+    int64_t slot = -1;
+    if (piece)
+      slot = int64_t{rf.extra_base} + (item - rf.first);
+    else if (rs.splits > 1)
+      slot = rs.part_base + int64_t{index} * rs.tiles + tile;
+    if (slot < 0) continue;
+    EXPECT_TRUE(writer.emplace(slot, std::make_pair(b, tile)).second)
+        << "slot " << slot << " twice";
+  }
+  size_t covered = 0;
+  for (size_t grp = 0; grp < groups.size(); ++grp) {
+    const cuda::CombineGroup& g = groups[grp];
+    if (g.n == 0) continue;
+    EXPECT_GE(g.n, 2) << "group " << grp;
+    for (int f = 0; f < g.n; ++f) {
+      const int64_t slot = cuda::group_slot(g, f);
+      const auto it = writer.find(slot);
+      if (it == writer.end()) {
+        ADD_FAILURE() << "group " << grp << " slot " << f << " = " << slot << ": no item writes it";
+        continue;
+      }
+      const cuda::RequestSched& rs = sched[static_cast<size_t>(it->second.first)];
+      EXPECT_EQ(g.tile, it->second.second) << "group " << grp << " slot " << slot;
+      EXPECT_EQ(g.q_start, rs.q_start) << "group " << grp;
+      EXPECT_EQ(g.q_len, rs.q_len) << "group " << grp;
+      ++covered;
+    }
+  }
+  EXPECT_EQ(covered, writer.size()) << "partials that no group merges, or merged twice";
 }
 
 }  // namespace treemla::test

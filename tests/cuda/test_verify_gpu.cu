@@ -5,9 +5,7 @@
 // (common/row_check.h); test_verify_oracle.cu adds peaked data aimed at the kernel's boundaries.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -492,72 +490,6 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
           << e.message();
     }
   }
-}
-
-// The combine groups the schedule kernel writes (CombineGroup, read by the combine kernel) against
-// the work items' partial slots, computed here as the main kernels do (work_item,
-// verify_device.cuh): every slot an item writes is slot f < n of exactly one group, that group is
-// the item's request and row tile, and it carries the request's rows; no group has a slot no item
-// writes. A group with n = 0 (a refined item of a request with several splits) is merged with its
-// tile's group.
-void expect_groups_cover_partials(const uint8_t* ws, const cuda::WorkspaceLayout& layout,
-                                  const cuda::WorkspaceHeader& hdr, const cuda::WorkRefine& rf,
-                                  const std::vector<cuda::RequestSched>& sched) {
-  const int batch = static_cast<int>(sched.size());
-  std::vector<int> item_base(static_cast<size_t>(batch) + 1);
-  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), ws + layout.item_base,
-                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
-  std::vector<cuda::CombineGroup> groups(static_cast<size_t>(hdr.num_groups));
-  TREEMLA_CUDA_CHECK(cudaMemcpy(groups.data(), ws + layout.groups,
-                                groups.size() * sizeof(cuda::CombineGroup),
-                                cudaMemcpyDeviceToHost));
-  // slot -> (request, tile) of the item that writes it
-  std::map<int64_t, std::pair<int, int>> writer;
-  const bool refined = hdr.refine_first < hdr.num_items;
-  const int q = refined ? std::max(rf.q, 1) : 1;
-  for (int item = 0; item < hdr.num_items; ++item) {
-    const bool piece = refined && item >= rf.first;
-    const int at = piece ? rf.first + (item - rf.first) / q : item;
-    const int b = static_cast<int>(
-        std::upper_bound(item_base.begin(), item_base.begin() + batch, at) - item_base.begin() - 1);
-    ASSERT_GE(b, 0);
-    const cuda::RequestSched& rs = sched[static_cast<size_t>(b)];
-    const int local = at - item_base[static_cast<size_t>(b)];
-    const int tile = local % rs.tiles, index = local / rs.tiles;
-    int64_t slot = -1;
-    if (piece)
-      slot = int64_t{rf.extra_base} + (item - rf.first);
-    else if (rs.splits > 1)
-      slot = rs.part_base + int64_t{index} * rs.tiles + tile;
-    if (slot < 0) continue;
-    EXPECT_TRUE(writer.emplace(slot, std::make_pair(b, tile)).second)
-        << "slot " << slot << " twice";
-  }
-  size_t covered = 0;
-  for (size_t grp = 0; grp < groups.size(); ++grp) {
-    const cuda::CombineGroup& g = groups[grp];
-    if (g.n == 0) continue;
-    EXPECT_GE(g.n, 2) << "group " << grp;
-    for (int f = 0; f < g.n; ++f) {
-      // group_slot (combine.cu)
-      int64_t slot = g.part0 + int64_t{f} * g.tiles;
-      if (f >= g.s0) {
-        const int j = (f - g.s0) / g.q;
-        slot = g.extra_base + int64_t{g.item0 + (g.s0 + j) * g.tiles} * g.q + (f - g.s0 - j * g.q);
-      }
-      const auto it = writer.find(slot);
-      if (it == writer.end()) {
-        ADD_FAILURE() << "group " << grp << " slot " << f << " = " << slot << ": no item writes it";
-        continue;
-      }
-      const cuda::RequestSched& rs = sched[static_cast<size_t>(it->second.first)];
-      EXPECT_EQ(g.tile, it->second.second) << "group " << grp << " slot " << slot;
-      EXPECT_EQ(g.q_start, rs.q_start) << "group " << grp;
-      EXPECT_EQ(g.q_len, rs.q_len) << "group " << grp;
-      ++covered;
-    }
-  }
-  EXPECT_EQ(covered, writer.size()) << "partials that no group merges, or merged twice";
 }
 
 // The host model of the schedule (cuda/common/schedule_model.h, behind `treemla schedule`)

@@ -54,7 +54,7 @@ struct WorkRefine {
 
 // One combine group as the schedule kernel resolves it (schedule.cu), read by the combine kernel
 // in one 64-byte load instead of a chain of dependent lookups (group_base, sched, item_base,
-// refine). Its n partial slots are group_slot(g, f), f < n (combine.cu); n = 0: nothing to merge.
+// refine). Its n partial slots are group_slot(g, f), f < n (below); n = 0: nothing to merge.
 // Groups below WorkRefine::base_groups are the (request, tile) pairs of requests with several
 // splits: split f < s0 wrote slot part0 + f * tiles; the splits from s0 on are work items of the
 // refined last wave, each cut into q pieces with consecutive slots (extra_base + (item0 + (s0 + j)
@@ -68,6 +68,15 @@ struct alignas(16) CombineGroup {
   int q_len, reserved[5];
 };
 static_assert(sizeof(CombineGroup) == 64, "one combine group: four 16-byte loads");
+
+// Partial slot f (< g.n) of combine group g: the combine kernel's reads, and the tests' check of
+// the table (gpu_case.h, expect_groups_cover_partials).
+TREEMLA_SCHED_HD long long group_slot(const CombineGroup& g, int f) {
+  if (f < g.s0) return g.part0 + static_cast<long long>(f) * g.tiles;
+  const int j = (f - g.s0) / g.q;  // the refined split, and piece f - s0 - j q of it
+  return g.extra_base + static_cast<long long>(g.item0 + (g.s0 + j) * g.tiles) * g.q +
+         (f - g.s0 - j * g.q);
+}
 
 struct VerifyKernelParams {
   VerifyParams p;

@@ -27,14 +27,6 @@ namespace {
 
 constexpr int kCombineThreads = 256;
 
-// Partial slot f (< g.n) of combine group g (CombineGroup, verify_kernel_params.h).
-__device__ __forceinline__ int64_t group_slot(const CombineGroup& g, int f) {
-  if (f < g.s0) return g.part0 + static_cast<int64_t>(f) * g.tiles;
-  const int j = (f - g.s0) / g.q;  // the refined split, and piece f - s0 - j q of it
-  return g.extra_base + static_cast<int64_t>(g.item0 + (g.s0 + j) * g.tiles) * g.q +
-         (f - g.s0 - j * g.q);
-}
-
 // Merges row `rl` of combine group `gs`: all 512 columns (kParts = 1: 16 a lane, float4 indices
 // lane + 32 i, i < 4) or the 128 of part `part` (kParts = 4: a float4 a lane, index 32 part +
 // lane). One pass over the splits in order with a running maximum (online merge): the loads of a
