@@ -72,38 +72,4 @@ struct Sm90aTraits {
 
 static_assert(Sm90aTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");
 
-// The TMA variant of the family (src/cuda/sm90a/kernel_tma.cuh): the same tiles and stages, no
-// producer warpgroup. The two compute groups load the stages themselves: group g copies chunks
-// [4 g, 4 g + 4) of every block and the rope chunk of the blocks in stage 1 - g (the chunks it is
-// the last to read), each right after its last product on them, with TMA boxes where a 32- or
-// 64-row run of keys lies in one page, else with cp.async. One full mbarrier per (stage, group).
-template <typename T>
-struct Sm90aTmaTraits {
-  using Element = T;
-  using KvElement = T;
-  static constexpr int kBlockN = 64;
-  static constexpr int kStages = 2;
-  static constexpr int kThreads = 2 * 128;
-  static constexpr int kChunks = Sm90aTraits<T>::kChunks;
-  static constexpr int kChunkBytes = Sm90aTraits<T>::kChunkBytes;
-  static constexpr int kTileBytes = Sm90aTraits<T>::kTileBytes;
-  static constexpr int kPChunk = Sm90aTraits<T>::kPChunk;
-  static constexpr int kOffQ = 0;
-  static constexpr int kOffStages = kOffQ + kTileBytes;
-  static constexpr int kOffMax = kOffStages + kStages * kTileBytes;  // [2][64] fp32 row maxima
-  static constexpr int kOffL = kOffMax + 2 * kBlockM * 4;            // [2][64] fp32 row sums
-  static constexpr int kOffBars = kOffL + 2 * kBlockM * 4;
-  // Full barrier of the part of stage `stage` that group `g` copies (128 arrivals: its threads).
-  static constexpr int bar_full(int stage, int g) { return kOffBars + 8 * (2 * stage + g); }
-  static constexpr int kBarQ = kOffBars + 8 * 4;  // 256 arrivals: both groups copy Q
-  static constexpr int kSmemUsed = kBarQ + 8;
-  static constexpr int kOutRowBytes = Sm90aTraits<T>::kOutRowBytes;
-  static constexpr int kPartRowBytes = Sm90aTraits<T>::kPartRowBytes;
-  static constexpr int kSmemBytes = kSmemUsed + 1024;
-  static_assert(kOffStages % 1024 == 0, "1024-byte swizzle atoms");
-  static_assert(kBlockM * kPartRowBytes <= kStages * kTileBytes, "O / l fits in the KV stages");
-};
-
-static_assert(Sm90aTmaTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");
-
 }  // namespace treemla::cuda
