@@ -2,9 +2,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "cuda/cluster/traits.h"
 #include "cuda/cpasync/traits.h"
 #include "cuda/decode/traits.h"
@@ -16,17 +13,6 @@
 namespace treemla::cuda {
 
 namespace {
-
-// TREEMLA_SM90A_ORDER=ones (a measurement switch): the sm90a family's one-S-group order
-// (Sm90aTraits order 1) instead of the see-saw.
-int sm90a_order() {
-  static const int order = [] {
-    const char* e = std::getenv("TREEMLA_SM90A_ORDER");
-    const std::string v = e ? e : "";
-    return v == "ones" ? 1 : v == "ones2" ? 2 : 0;
-  }();
-  return order;
-}
 
 template <typename T>
 KernelEntry entry_for(KernelFamily family, TileConfig tile) {
@@ -41,9 +27,7 @@ KernelEntry entry_for(KernelFamily family, TileConfig tile) {
                     "kernel family sm90a has only the smem-large tile configuration (its "
                     "Q and two 64-key KV blocks need "
                         << Sm90aTraits<T>::kSmemBytes << " B of shared memory)");
-      return sm90a_order() == 1   ? sm90a_entry<Sm90aTraits<T, 1>>()
-             : sm90a_order() == 2 ? sm90a_entry<Sm90aTraits<T, 2>>()
-                                  : sm90a_entry<Sm90aTraits<T>>();
+      return sm90a_entry<Sm90aTraits<T>>();
     case KernelFamily::kDecode:
       TREEMLA_CHECK(!large,
                     "kernel family decode has only the smem99k tile configuration (two "

@@ -299,22 +299,6 @@ struct RowInfo {
   const uint32_t* mrow1;
 };
 
-// The rows of warp wq's lane group g (within its warpgroup) and their tree-mask rows.
-__device__ __forceinline__ RowInfo row_info(const VerifyKernelParams& kp, const Item& d, int wq,
-                                            int g) {
-  RowInfo ri;
-  ri.r0 = 16 * wq + g;
-  ri.r1 = ri.r0 + 8;
-  ri.v0 = d.row0 + ri.r0 < d.rows;
-  ri.v1 = d.row0 + ri.r1 < d.rows;
-  const int node0 = ri.v0 ? (d.row0 + ri.r0) / d.H : 0, node1 = ri.v1 ? (d.row0 + ri.r1) / d.H : 0;
-  ri.mrow0 = reinterpret_cast<const uint32_t*>(
-      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node0) * kp.p.mask_words);
-  ri.mrow1 = reinterpret_cast<const uint32_t*>(
-      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node1) * kp.p.mask_words);
-  return ri;
-}
-
 // -inf where a key is not visible: past the block's keys, or (tail) not an ancestor.
 __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, const RowInfo& ri,
                                        int q4) {
@@ -400,87 +384,6 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float a0, float a1) {
   }
 }
 
-// The end of an item: adds the two groups' row sums, and writes O / l (or the normalized partial)
-// and the LSE. O goes through shared memory (the KV stages, free once every block of the item is
-// read) in global order, padded rows, then one bulk copy a row.
-template <typename T, class Tr>
-__device__ __forceinline__ void store_output(const VerifyKernelParams& kp, const Item& d,
-                                             uint32_t smem, float* smem_f, float (&o)[128],
-                                             float m0, float m1, float l0, float l1,
-                                             const RowInfo& ri, int wg, int lane, int q4) {
-  const float sc = kp.scale_log2;
-  float* s_l = smem_f + Tr::kOffL / 4;  // [2][64]
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (q4 == 0) {
-    s_l[64 * wg + ri.r0] = l0;
-    s_l[64 * wg + ri.r1] = l1;
-  }
-  bar_sync(kBarBoth, 256);
-  l0 += s_l[64 * (1 - wg) + ri.r0];
-  l1 += s_l[64 * (1 - wg) + ri.r1];
-
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
-  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
-  constexpr float kLn2 = 0.69314718055994530942f;
-  const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
-  const int64_t grow1 = grow0 + 8;
-  // O / l goes through shared memory (the KV stages: the loop has read every block of the item
-  // and the producer waits at kBarItem) in global order, padded rows, then one bulk copy a row.
-  // Stores straight from the fragments (8 rows x 16 or 32 bytes a warp instruction) made a split
-  // call about 9 us slower (1,16,16,131072: 170 against 159 us; docs/verify-kernel.md).
-  const uint32_t ostage = smem + Tr::kOffStages;
-  const bool final_out = d.slot < 0;
-  const int ostride = final_out ? Tr::kOutRowBytes : Tr::kPartRowBytes;
-  if (final_out) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int col = 256 * wg + 8 * i + 2 * q4;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r0 * ostride + col * 2),
-                   "r"(pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0))
-                   : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r1 * ostride + col * 2),
-                   "r"(pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1))
-                   : "memory");
-    }
-    if (wg == 0 && q4 == 0) {
-      if (ri.v0) kp.lse[grow0] = lse0 * kLn2;
-      if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int col = 256 * wg + 8 * i + 2 * q4;
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r0 * ostride + col * 4),
-                   "f"(o[4 * i] * inv0), "f"(o[4 * i + 1] * inv0)
-                   : "memory");
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r1 * ostride + col * 4),
-                   "f"(o[4 * i + 2] * inv1), "f"(o[4 * i + 3] * inv1)
-                   : "memory");
-    }
-    if (wg == 0 && q4 == 0) {
-      if (ri.v0) kp.part_lse[d.slot * kBlockM + ri.r0] = lse0;
-      if (ri.v1) kp.part_lse[d.slot * kBlockM + ri.r1] = lse1;
-    }
-  }
-  fence_proxy_async();  // the rows, seen by the bulk copies
-  bar_sync(kBarBoth, 256);
-  // Lanes 0-7 of compute warp w copy rows 8 w + lane that the request has.
-  const int crow = 8 * (threadIdx.x >> 5) + lane;
-  if (lane < 8 && d.row0 + crow < d.rows) {
-    void* dst = final_out
-                    ? static_cast<void*>(static_cast<T*>(kp.o) + (grow0 - ri.r0 + crow) * kHeadDimV)
-                    : static_cast<void*>(kp.part_o + (d.slot * kBlockM + crow) * kHeadDimV);
-    bulk_copy_s2g(dst, ostage + crow * ostride, final_out ? kHeadDimV * 2 : kHeadDimV * 4);
-    bulk_commit();
-    bulk_wait_read();  // before kBarItem: the next item's loads reuse the stages
-  }
-}
-
 template <typename T, class Tr>
 __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
                              float* smem_f, uint32_t (&uses)[2], uint32_t qphase) {
@@ -502,8 +405,18 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   const uint32_t p0base = stage0 + Tr::kPChunk * Tr::kChunkBytes;
   const uint32_t p1base = stage1 + Tr::kPChunk * Tr::kChunkBytes;
   float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64]
+  float* s_l = smem_f + Tr::kOffL / 4;      // [2][64]
 
-  const RowInfo ri = row_info(kp, d, wq, g);
+  RowInfo ri;
+  ri.r0 = 16 * wq + g;
+  ri.r1 = ri.r0 + 8;
+  ri.v0 = d.row0 + ri.r0 < d.rows;
+  ri.v1 = d.row0 + ri.r1 < d.rows;
+  const int node0 = ri.v0 ? (d.row0 + ri.r0) / d.H : 0, node1 = ri.v1 ? (d.row0 + ri.r1) / d.H : 0;
+  ri.mrow0 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node0) * kp.p.mask_words);
+  ri.mrow1 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node1) * kp.p.mask_words);
 
   float o[128];
 #pragma unroll
@@ -621,138 +534,76 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
     if (has_b) ++uses[1];
   }
 
-  store_output<T, Tr>(kp, d, smem, smem_f, o, m0, m1, l0, l1, ri, wg, lane, q4);
-}
+  // ---- epilogue: add the two groups' row sums ----
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (q4 == 0) {
+    s_l[64 * wg + ri.r0] = l0;
+    s_l[64 * wg + ri.r1] = l1;
+  }
+  bar_sync(kBarBoth, 256);
+  l0 += s_l[64 * (1 - wg) + ri.r0];
+  l1 += s_l[64 * (1 - wg) + ri.r1];
 
-// Order 1 (Sm90aTraits<T, 1>, a measurement variant): one group computes every S. Per block j in
-// stage j % 2, WG0: S_j = Q K_j^T, m' = max(m, rowmax S_j), P_j = exp2(S_j - m') into the stage's
-// rope chunk and the rows' factors 2^(m - m') into s_max[j % 2] (named barrier kBarA + j % 2),
-// O_L = O_L 2^(m - m') + P_j V_j[:, :256] with P_j from registers, then frees chunks 0-3. WG1:
-// waits for P_j, O_R = O_R 2^(m - m') + P_j V_j[:, 256:], frees chunks 4-7 and the rope chunk.
-// Stages are consumed one at a time, so a stage has about a block's time to be refilled (the
-// see-saw consumes both at once).
-template <typename T, class Tr, int WG>
-__device__ void compute_item_ones(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
-                                  float* smem_f, uint32_t (&uses)[2], uint32_t qphase) {
-  constexpr int wg = WG;  // each group runs its own instantiation (its own setmaxnreg budget)
-  const int n_blocks = __shfl_sync(0xffffffffu, d.n_blocks, 0);
-  const int wt = threadIdx.x & 127, wq = wt >> 5, lane = wt & 31;
-  const int g = lane >> 2, q4 = lane & 3;
-  const float sc = kp.scale_log2;
-  const uint32_t empty_base = smem + Tr::bar_empty(0, 0);
-  const uint32_t stage0 = smem + Tr::kOffStages;
-  float* s_alpha = smem_f + Tr::kOffMax / 4;  // [2][64]: the rows' factors of each stage's block
-  const RowInfo ri = row_info(kp, d, wq, g);
-
-  float o[128];
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
+  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
+  constexpr float kLn2 = 0.69314718055994530942f;
+  const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
+  const int64_t grow1 = grow0 + 8;
+  // O / l goes through shared memory (the KV stages: the loop has read every block of the item
+  // and the producer waits at kBarItem) in global order, padded rows, then one bulk copy a row.
+  // Stores straight from the fragments (8 rows x 16 or 32 bytes a warp instruction) made a split
+  // call about 9 us slower (1,16,16,131072: 170 against 159 us; docs/verify-kernel.md).
+  const uint32_t ostage = smem + Tr::kOffStages;
+  const bool final_out = d.slot < 0;
+  const int ostride = final_out ? Tr::kOutRowBytes : Tr::kPartRowBytes;
+  if (final_out) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-
-  mbar_wait(smem + Tr::kBarQ, qphase);
-  if (wg == 0 && Tr::kOverlapS) {
-    // Order 2: S of block j is issued, then the product of block j - 1 with P_{j-1} from
-    // registers, so that the softmax of j runs while that product does. O is rescaled only when
-    // no product is in flight.
-    float s[32];
-    uint32_t pk[16];
-    for (int it = 0; it < n_blocks; ++it) {
-      const int st = it & 1;
-      const uint32_t stage = stage0 + st * Tr::kTileBytes;
-      compute_s<T, Tr>(s, smem, st, uses[st] & 1);
-      if (it > 0) {
-        compute_pv_rs<T, Tr>(o, pk, stage0 + (st ^ 1) * Tr::kTileBytes, 0);
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
-      }
-      fence_regs(s);
-      mask_s(s, d, it, ri, q4);
-      float mn0 = m0, mn1 = m1;
-      row_max(s, mn0, mn1);
-      float rs0, rs1;
-      uint32_t pkn[16];
-      write_p<T>(s, mn0, mn1, sc, stage + Tr::kPChunk * Tr::kChunkBytes, ri, q4, rs0, rs1, pkn);
-      const float a0 = rescale(m0, mn0, sc), a1 = rescale(m1, mn1, sc);
-      if (q4 == 0) {
-        s_alpha[64 * st + ri.r0] = a0;
-        s_alpha[64 * st + ri.r1] = a1;
-      }
-      fence_proxy_async();
-      bar_sync(kBarWg0, 128);
-      bar_arrive(kBarA + st, 256);
-      l0 = l0 * a0 + rs0;
-      l1 = l1 * a1 + rs1;
-      m0 = mn0;
-      m1 = mn1;
-      wgmma_wait<0>();
-      fence_regs(o);
-      // pk is read by the product until this wait: keep its registers from being reused before.
-#pragma unroll
-      for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(pk[i])::"memory");
-      if (it > 0) mbar_arrive(empty_base + 8 * (Tr::kLoadParts * (st ^ 1) + 0));
-      if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) pk[i] = pkn[i];
-      ++uses[st];
+    for (int i = 0; i < 32; ++i) {
+      const int col = 256 * wg + 8 * i + 2 * q4;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r0 * ostride + col * 2),
+                   "r"(pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0))
+                   : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r1 * ostride + col * 2),
+                   "r"(pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1))
+                   : "memory");
     }
-    if (n_blocks > 0) {
-      const int st = (n_blocks - 1) & 1;
-      compute_pv_rs<T, Tr>(o, pk, stage0 + st * Tr::kTileBytes, 0);
-      wgmma_wait<0>();
-      fence_regs(o);
-      mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 0));
+    if (wg == 0 && q4 == 0) {
+      if (ri.v0) kp.lse[grow0] = lse0 * kLn2;
+      if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
     }
   } else {
-    for (int it = 0; it < n_blocks; ++it) {
-      const int st = it & 1;
-      const uint32_t stage = stage0 + st * Tr::kTileBytes;
-      if (wg == 0) {
-        float s[32];
-        compute_s<T, Tr>(s, smem, st, uses[st] & 1);
-        wgmma_wait<0>();
-        fence_regs(s);
-        fence_regs(o);
-        mask_s(s, d, it, ri, q4);
-        float mn0 = m0, mn1 = m1;
-        row_max(s, mn0, mn1);
-        float rs0, rs1;
-        uint32_t pk[16];
-        write_p<T>(s, mn0, mn1, sc, stage + Tr::kPChunk * Tr::kChunkBytes, ri, q4, rs0, rs1, pk);
-        const float a0 = rescale(m0, mn0, sc), a1 = rescale(m1, mn1, sc);
-        if (q4 == 0) {
-          s_alpha[64 * st + ri.r0] = a0;
-          s_alpha[64 * st + ri.r1] = a1;
-        }
-        fence_proxy_async();
-        bar_sync(kBarWg0, 128);
-        bar_arrive(kBarA + st, 256);
-        l0 = l0 * a0 + rs0;
-        l1 = l1 * a1 + rs1;
-        if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
-        compute_pv_rs<T, Tr>(o, pk, stage, 0);
-        m0 = mn0;
-        m1 = mn1;
-        wgmma_wait<0>();
-        fence_regs(o);
-        mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 0));
-      } else {
-        bar_sync(kBarA + st, 256);
-        const float a0 = s_alpha[64 * st + ri.r0], a1 = s_alpha[64 * st + ri.r1];
-        if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
-        compute_pv<T, Tr>(o, stage, 1);
-        wgmma_wait<0>();
-        fence_regs(o);
-        mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 1));
-        mbar_arrive(empty_base + 8 * (Tr::kLoadParts * st + 2));
-      }
-      ++uses[st];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int col = 256 * wg + 8 * i + 2 * q4;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r0 * ostride + col * 4),
+                   "f"(o[4 * i] * inv0), "f"(o[4 * i + 1] * inv0)
+                   : "memory");
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r1 * ostride + col * 4),
+                   "f"(o[4 * i + 2] * inv1), "f"(o[4 * i + 3] * inv1)
+                   : "memory");
+    }
+    if (wg == 0 && q4 == 0) {
+      if (ri.v0) kp.part_lse[d.slot * kBlockM + ri.r0] = lse0;
+      if (ri.v1) kp.part_lse[d.slot * kBlockM + ri.r1] = lse1;
     }
   }
-  if (wg == 1) {  // the row sums and maxima are WG0's; WG1 adds nothing in the epilogue
-    l0 = l1 = 0.f;
+  fence_proxy_async();  // the rows, seen by the bulk copies
+  bar_sync(kBarBoth, 256);
+  // Lanes 0-7 of compute warp w copy rows 8 w + lane that the request has.
+  const int crow = 8 * (threadIdx.x >> 5) + lane;
+  if (lane < 8 && d.row0 + crow < d.rows) {
+    void* dst = final_out
+                    ? static_cast<void*>(static_cast<T*>(kp.o) + (grow0 - ri.r0 + crow) * kHeadDimV)
+                    : static_cast<void*>(kp.part_o + (d.slot * kBlockM + crow) * kHeadDimV);
+    bulk_copy_s2g(dst, ostage + crow * ostride, final_out ? kHeadDimV * 2 : kHeadDimV * 4);
+    bulk_commit();
+    bulk_wait_read();  // before kBarItem: the next item's loads reuse the stages
   }
-  store_output<T, Tr>(kp, d, smem, smem_f, o, m0, m1, l0, l1, ri, wg, lane, q4);
 }
 
 // Work item n (0, 1, ...) of this CTA: items blockIdx.x, blockIdx.x + gridDim.x, ...; false when
@@ -817,21 +668,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       produce_item<T, Tr>(kp, d, smem, uses);
       bar_sync(kBarItem, Tr::kThreads);  // Q and the row statistics are reused by the next item
     }
-  } else if constexpr (Tr::kOneS) {
-    if (__shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0) == 0) {
-      warpgroup_reg_alloc<Tr::kWg0Regs>();
-      for (uint32_t n = 0; next_item(kp, d, n); ++n) {
-        compute_item_ones<T, Tr, 0>(kp, d, smem, smem_f, uses, n & 1);
-        bar_sync(kBarItem, Tr::kThreads);
-      }
-    } else {
-      warpgroup_reg_alloc<Tr::kWg1Regs>();
-      for (uint32_t n = 0; next_item(kp, d, n); ++n) {
-        compute_item_ones<T, Tr, 1>(kp, d, smem, smem_f, uses, n & 1);
-        bar_sync(kBarItem, Tr::kThreads);
-      }
-    }
-    bulk_wait_all();
   } else {
     warpgroup_reg_alloc<Tr::kComputeRegs>();
     for (uint32_t n = 0; next_item(kp, d, n); ++n) {

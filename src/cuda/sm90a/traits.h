@@ -8,16 +8,10 @@
 
 namespace treemla::cuda {
 
-// Order 0: the see-saw (kernel.cuh). Order 1 (TREEMLA_SM90A_ORDER=ones, a measurement switch
-// read by dispatch.cu): WG0 computes S of every block, its softmax and O[:, :256]; WG1 only
-// O[:, 256:], from WG0's P (compute_item_ones). Order 2: order 1 with S of block j issued before
-// WG0's product of block j - 1 (TREEMLA_SM90A_ORDER=ones2).
-template <typename T, int Order = 0>
+template <typename T>
 struct Sm90aTraits {
-  static constexpr bool kOneS = Order >= 1;
-  static constexpr bool kOverlapS = Order == 2;  // order 2: WG0 issues S of the next block first
-  using Element = T;                             // q, o
-  using KvElement = T;                           // kv_cache
+  using Element = T;                  // q, o
+  using KvElement = T;                // kv_cache
   static constexpr int kBlockN = 64;  // keys per KV block (two 32-key blocks of the schedule)
   static constexpr int kStages = 2;   // one block per consumer warpgroup
   // Three warpgroups: 0 and 1 compute (output columns [0, 256) and [256, 512)), 2 loads. The
@@ -28,11 +22,6 @@ struct Sm90aTraits {
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168
   static_assert(2 * kComputeRegs + kProducerRegs <= 3 * kLaunchRegs,
                 "setmaxnreg budget of the CTA (.inc waits forever past it)");
-  // Order 2: WG0 holds two S accumulators; WG1 only O.
-  static constexpr int kWg0Regs = kOverlapS ? 256 : kComputeRegs;
-  static constexpr int kWg1Regs = kOverlapS ? 192 : kComputeRegs;
-  static_assert(kWg0Regs + kWg1Regs + kProducerRegs <= 3 * kLaunchRegs,
-                "setmaxnreg budget of the CTA");
 
   // A [64 rows][576] tile (Q, or a KV block): 9 chunks of 64 columns, each 64 rows x 128 bytes,
   // 128-byte swizzled (wgmma.cuh). The rope chunk (8) of a KV block holds P once S is computed.
@@ -63,8 +52,7 @@ struct Sm90aTraits {
     return kOffBars + 8 * (kStages * kLoadParts + stage * kLoadParts + part);
   }
   // Arrivals that free each part: WG0 alone, WG1 alone, both groups.
-  // (Order 1: WG0 frees chunks 0-3, WG1 chunks 4-7 and the rope chunk, each alone.)
-  static constexpr int empty_count(int part) { return part == 2 && !kOneS ? 256 : 128; }
+  static constexpr int empty_count(int part) { return part == 2 ? 256 : 128; }
   static constexpr int kBarQ = kOffBars + 8 * (2 * kStages * kLoadParts);
   static constexpr int kSmemUsed = kOffBars + kNumBars * 8;
   // The epilogue stages O / l in the KV stages, rows padded so that a warp's fragment stores hit

@@ -1,9 +1,0 @@
-// Explicit instantiation: sm90a family, one-S-group order (a measurement variant), fp16.
-#include "cuda/sm90a/kernel.cuh"
-
-namespace treemla::cuda {
-template <>
-KernelEntry sm90a_entry<Sm90aTraits<__half, 1>>() {
-  return make_sm90a_entry<Sm90aTraits<__half, 1>>();
-}
-}  // namespace treemla::cuda
