@@ -46,7 +46,8 @@
 // cost as much: bench/micro/copy_modes.cu), and with a full barrier a chunk (still 12-20% slower);
 // Q's rope chunk in registers for S (ptxas serializes every wgmma and spills); no producer group,
 // each compute group copying the parts it reads last right after its last product on them, by TMA
-// boxes (24-34% slower) or its own cp.async (89% slower; 2fa7f14).
+// boxes (24-34% slower) or its own cp.async (89% slower; 2fa7f14); one group computing every S and
+// the other only its half of P V (2-6% slower at the tree shapes; c008169).
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
