@@ -27,7 +27,11 @@ KernelEntry entry_for(KernelFamily family, TileConfig tile) {
                     "kernel family sm90a has only the smem-large tile configuration (its "
                     "Q and two 64-key KV blocks need "
                         << Sm90aTraits<T>::kSmemBytes << " B of shared memory)");
-      return sm90a_entry<Sm90aTraits<T>>();
+      {
+        KernelEntry e = sm90a_entry<Sm90aTraits<T>>();
+        e.alt = sm90a_tma_kernel<Sm90aTmaTraits<T>>();
+        return e;
+      }
     case KernelFamily::kDecode:
       TREEMLA_CHECK(!large,
                     "kernel family decode has only the smem99k tile configuration (two "

@@ -9,6 +9,16 @@
 
 namespace treemla::cuda {
 
+// A second main kernel of a family for the calls it can serve (the sm90a family's TMA kernel:
+// caches with pages of at least min_page_size rows); fn null: none. Same grid, schedule, combine
+// and workspace as the entry's kernel.
+struct AltKernel {
+  const void* fn = nullptr;
+  int threads = 0;
+  int smem_bytes = 0;
+  int min_page_size = 0;
+};
+
 struct KernelEntry {
   const void* fn = nullptr;  // the __global__ function
   int threads = 0;           // block size
@@ -19,6 +29,7 @@ struct KernelEntry {
   int max_cc = 1 << 20;      // newest (kSm90a: 90, wgmma exists on sm_90a alone)
   int max_tile_rows = 64;    // rows of a request the kernel handles (kDecode: 16, the plan's
                              // limits must bound max_q_len * num_heads to it)
+  AltKernel alt;
 };
 
 // Defined by the families' instantiation files, one per traits type (which carries the element
@@ -29,6 +40,8 @@ template <class Tr>
 KernelEntry cluster_entry();
 template <class Tr>
 KernelEntry sm90a_entry();
+template <class Tr>
+AltKernel sm90a_tma_kernel();
 template <class Tr>
 KernelEntry decode_entry();
 template <class Tr>

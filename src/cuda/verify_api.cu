@@ -3,6 +3,8 @@
 // device's compute capability and what was compiled in, the tile configuration from its
 // shared-memory limit, unless the caller forces either; the dispatch table (dispatch.h) maps the
 // choice to a kernel.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -94,6 +96,87 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.part_o = reinterpret_cast<float*>(base + l.part_o);
   kp.part_lse = reinterpret_cast<float*>(base + l.part_lse);
   return kp;
+}
+
+// Which kernel the sm90a family runs (TREEMLA_SM90A_KERNEL, a measurement and test switch):
+// "cpasync" its producer-warpgroup kernel, "tma" its TMA kernel (kernel_tma.cuh) for every call
+// (pages of fewer than 32 rows included, which it copies row by row), unset or "auto" the
+// default below.
+enum class Sm90aKernel { kAuto, kCpAsync, kTma };
+Sm90aKernel sm90a_kernel_switch() {
+  static const Sm90aKernel k = [] {
+    const char* e = std::getenv("TREEMLA_SM90A_KERNEL");
+    const std::string v = e ? e : "auto";
+    if (v == "cpasync") return Sm90aKernel::kCpAsync;
+    if (v == "tma") return Sm90aKernel::kTma;
+    TREEMLA_CHECK(v == "auto",
+                  "TREEMLA_SM90A_KERNEL must be auto, cpasync or tma (got " << v << ")");
+    return Sm90aKernel::kAuto;
+  }();
+  return k;
+}
+
+// Whether this call runs the entry's second kernel (KernelEntry::alt).
+bool use_alt_kernel(const KernelEntry& e, const VerifyParams& p) {
+  if (e.alt.fn == nullptr) return false;
+  switch (sm90a_kernel_switch()) {
+    case Sm90aKernel::kCpAsync:
+      return false;
+    case Sm90aKernel::kTma:
+      return true;
+    default:  // within 3% of the producer kernel either way by shape (docs/verify-kernel.md)
+      (void)p;
+      return false;
+  }
+}
+
+// The TMA kernel's maps over the cache (VerifyKernelParams::kv_map): [num_pages][page_size][576],
+// boxes of 64 columns x 32 and x 64 rows where the page has that many.
+void encode_kv_maps(const VerifyParams& p, VerifyKernelParams& kp) {
+  static_assert(sizeof(CUtensorMap) == sizeof(TmaMap), "TmaMap holds a CUtensorMap");
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+    TREEMLA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                        cudaEnableDefault, &q));
+#else
+    TREEMLA_CUDA_CHECK(
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q));
+#endif
+    TREEMLA_CHECK(q == cudaDriverEntryPointSuccess && f != nullptr,
+                  "the CUDA driver has no cuTensorMapEncodeTiled (the sm90a TMA kernel needs it)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  // PROBE: TREEMLA_TMA_L2 = none, 64, 128 or 256 (default) picks the maps' L2 promotion.
+  static const CUtensorMapL2promotion promo = [] {
+    const char* e = std::getenv("TREEMLA_TMA_L2");
+    const std::string v = e ? e : "256";
+    return v == "none"  ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+           : v == "64"  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+           : v == "128" ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                        : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  }();
+  const DType kv = kv_dtype_of(p);
+  const size_t row_bytes = static_cast<size_t>(kHeadDimQK) * dtype_size(kv);
+  for (int m = 0; m < 2; ++m) {
+    const int rows = m == 0 ? 32 : 64;
+    if (p.page_size < rows) continue;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kHeadDimQK),
+                                static_cast<cuuint64_t>(p.page_size),
+                                static_cast<cuuint64_t>(p.num_pages)};
+    const cuuint64_t strides[2] = {row_bytes, row_bytes * static_cast<cuuint64_t>(p.page_size)};
+    const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1};
+    const cuuint32_t es[3] = {1, 1, 1};
+    const CUresult r = encode(
+        reinterpret_cast<CUtensorMap*>(&kp.kv_map[m]),
+        kv == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+        const_cast<void*>(p.kv_cache), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TREEMLA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ("
+                                         << static_cast<int>(r) << ") for kv_cache with "
+                                         << p.num_pages << " pages of " << p.page_size << " rows");
+  }
 }
 
 }  // namespace
@@ -281,6 +364,10 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
     }
     TREEMLA_CUDA_CHECK(
         cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem_bytes));
+    if (e.alt.fn != nullptr) {
+      TREEMLA_CUDA_CHECK(cudaFuncSetAttribute(e.alt.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              e.alt.smem_bytes));
+    }
     int n = 0;
     if (e.cluster > 1) {
       TREEMLA_CUDA_CHECK(
@@ -387,9 +474,11 @@ void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, 
   check_workspace(plan, workspace);
   TREEMLA_CHECK(o != nullptr && lse != nullptr, "o and lse must be non-null");
   TREEMLA_CHECK((reinterpret_cast<uintptr_t>(o) & 15) == 0, "o must be 16-byte aligned");
-  const VerifyKernelParams kp = kernel_params(p, plan, workspace, o, lse);
+  VerifyKernelParams kp = kernel_params(p, plan, workspace, o, lse);
   const KernelEntry e = kernel_entry(plan.family, p.dtype, plan.tile);
-  void* args[] = {const_cast<VerifyKernelParams*>(&kp)};
+  const bool alt = use_alt_kernel(e, p);
+  if (alt) encode_kv_maps(p, kp);
+  void* args[] = {&kp};
   const bool pdl = use_pdl(plan);
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[2];
@@ -397,12 +486,12 @@ void verify_run(const VerifyParams& p, const VerifyPlan& plan, void* workspace, 
   if (e.cluster > 1) attr[n_attr++] = cluster_dim_attr(e.cluster);
   if (pdl) attr[n_attr++] = pdl_launch_attr();
   cfg.gridDim = dim3(plan.num_ctas);
-  cfg.blockDim = dim3(e.threads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(e.smem_bytes);
+  cfg.blockDim = dim3(alt ? e.alt.threads : e.threads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(alt ? e.alt.smem_bytes : e.smem_bytes);
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = static_cast<unsigned>(n_attr);
-  TREEMLA_CUDA_CHECK(cudaLaunchKernelExC(&cfg, e.fn, args));
+  TREEMLA_CUDA_CHECK(cudaLaunchKernelExC(&cfg, alt ? e.alt.fn : e.fn, args));
   TREEMLA_CHECK_LAUNCH("verify main kernel");
   TREEMLA_CUDA_CHECK(launch_verify_combine(kp, plan.num_ctas, pdl, stream));
   TREEMLA_CHECK_LAUNCH("verify_combine_kernel");

@@ -78,6 +78,11 @@ TREEMLA_SCHED_HD long long group_slot(const CombineGroup& g, int f) {
          (f - g.s0 - j * g.q);
 }
 
+// A TMA tensor map (the driver's CUtensorMap: 128 bytes, 64-byte aligned), encoded on the host.
+struct alignas(64) TmaMap {
+  unsigned long long opaque[16];
+};
+
 struct VerifyKernelParams {
   VerifyParams p;
   void* o;           // [total_q, H, 512] p.dtype
@@ -112,6 +117,10 @@ struct VerifyKernelParams {
   CombineGroup* groups;  // [partial_slots]: the call's combine groups (hdr->num_groups of them)
   float* part_o;         // [partial_slots, kBlockM, 512] normalized partial outputs
   float* part_lse;       // [partial_slots, kBlockM] log2-domain LSE of each partial
+  // The sm90a TMA kernel's maps over the cache (verify_api.cu, encoded only for it): dimensions
+  // [num_pages][page_size][576], boxes of 64 columns x 32 rows (0, page_size >= 32) and x 64 rows
+  // (1, page_size >= 64), 128-byte swizzle.
+  TmaMap kv_map[2];
 };
 
 // Workspace layout, computed identically on host and device.

@@ -44,10 +44,10 @@
 // tensor boxes for the KV blocks again, with no proxy fence for them (32- or 64-row boxes: 23-56%
 // slower than cp.async; a part's boxes land later than its cp.async rows, and beside wgmma they
 // cost as much: bench/micro/copy_modes.cu), and with a full barrier a chunk (still 12-20% slower);
-// Q's rope chunk in registers for S (ptxas serializes every wgmma and spills); no producer group,
-// each compute group copying the parts it reads last right after its last product on them, by TMA
-// boxes (24-34% slower) or its own cp.async (89% slower; 2fa7f14); one group computing every S and
-// the other only its half of P V (2-6% slower at the tree shapes; c008169).
+// Q's rope chunk in registers for S (ptxas serializes every wgmma and spills); one group computing
+// every S and the other only its half of P V (2-6% slower at the tree shapes; c008169). The
+// family's second kernel, kernel_tma.cuh (no producer group, TMA boxes issued by the compute
+// groups, no P in a stage), is selectable with TREEMLA_SM90A_KERNEL=tma.
 //
 // Output: as the other families: an item covering its tile's whole key range writes O (input
 // dtype) and LSE (ln); otherwise a normalized fp32 partial and a log2-domain LSE, merged by the
@@ -300,6 +300,22 @@ struct RowInfo {
   const uint32_t* mrow1;
 };
 
+// The rows of warp wq's lane group g (within its warpgroup) and their tree-mask rows.
+__device__ __forceinline__ RowInfo row_info(const VerifyKernelParams& kp, const Item& d, int wq,
+                                            int g) {
+  RowInfo ri;
+  ri.r0 = 16 * wq + g;
+  ri.r1 = ri.r0 + 8;
+  ri.v0 = d.row0 + ri.r0 < d.rows;
+  ri.v1 = d.row0 + ri.r1 < d.rows;
+  const int node0 = ri.v0 ? (d.row0 + ri.r0) / d.H : 0, node1 = ri.v1 ? (d.row0 + ri.r1) / d.H : 0;
+  ri.mrow0 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node0) * kp.p.mask_words);
+  ri.mrow1 = reinterpret_cast<const uint32_t*>(
+      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node1) * kp.p.mask_words);
+  return ri;
+}
+
 // -inf where a key is not visible: past the block's keys, or (tail) not an ancestor.
 __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, const RowInfo& ri,
                                        int q4) {
@@ -385,6 +401,87 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float a0, float a1) {
   }
 }
 
+// The end of an item: adds the two groups' row sums, and writes O / l (or the normalized partial)
+// and the LSE. O goes through shared memory (the KV stages, free once every block of the item is
+// read) in global order, padded rows, then one bulk copy a row.
+template <typename T, class Tr>
+__device__ __forceinline__ void store_output(const VerifyKernelParams& kp, const Item& d,
+                                             uint32_t smem, float* smem_f, float (&o)[128],
+                                             float m0, float m1, float l0, float l1,
+                                             const RowInfo& ri, int wg, int lane, int q4) {
+  const float sc = kp.scale_log2;
+  float* s_l = smem_f + Tr::kOffL / 4;  // [2][64]
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (q4 == 0) {
+    s_l[64 * wg + ri.r0] = l0;
+    s_l[64 * wg + ri.r1] = l1;
+  }
+  bar_sync(kBarBoth, 256);
+  l0 += s_l[64 * (1 - wg) + ri.r0];
+  l1 += s_l[64 * (1 - wg) + ri.r1];
+
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
+  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
+  constexpr float kLn2 = 0.69314718055994530942f;
+  const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
+  const int64_t grow1 = grow0 + 8;
+  // O / l goes through shared memory (the KV stages: the loop has read every block of the item
+  // and the producer waits at kBarItem) in global order, padded rows, then one bulk copy a row.
+  // Stores straight from the fragments (8 rows x 16 or 32 bytes a warp instruction) made a split
+  // call about 9 us slower (1,16,16,131072: 170 against 159 us; docs/verify-kernel.md).
+  const uint32_t ostage = smem + Tr::kOffStages;
+  const bool final_out = d.slot < 0;
+  const int ostride = final_out ? Tr::kOutRowBytes : Tr::kPartRowBytes;
+  if (final_out) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int col = 256 * wg + 8 * i + 2 * q4;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r0 * ostride + col * 2),
+                   "r"(pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0))
+                   : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r1 * ostride + col * 2),
+                   "r"(pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1))
+                   : "memory");
+    }
+    if (wg == 0 && q4 == 0) {
+      if (ri.v0) kp.lse[grow0] = lse0 * kLn2;
+      if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int col = 256 * wg + 8 * i + 2 * q4;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r0 * ostride + col * 4),
+                   "f"(o[4 * i] * inv0), "f"(o[4 * i + 1] * inv0)
+                   : "memory");
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r1 * ostride + col * 4),
+                   "f"(o[4 * i + 2] * inv1), "f"(o[4 * i + 3] * inv1)
+                   : "memory");
+    }
+    if (wg == 0 && q4 == 0) {
+      if (ri.v0) kp.part_lse[d.slot * kBlockM + ri.r0] = lse0;
+      if (ri.v1) kp.part_lse[d.slot * kBlockM + ri.r1] = lse1;
+    }
+  }
+  fence_proxy_async();  // the rows, seen by the bulk copies
+  bar_sync(kBarBoth, 256);
+  // Lanes 0-7 of compute warp w copy rows 8 w + lane that the request has.
+  const int crow = 8 * (threadIdx.x >> 5) + lane;
+  if (lane < 8 && d.row0 + crow < d.rows) {
+    void* dst = final_out
+                    ? static_cast<void*>(static_cast<T*>(kp.o) + (grow0 - ri.r0 + crow) * kHeadDimV)
+                    : static_cast<void*>(kp.part_o + (d.slot * kBlockM + crow) * kHeadDimV);
+    bulk_copy_s2g(dst, ostage + crow * ostride, final_out ? kHeadDimV * 2 : kHeadDimV * 4);
+    bulk_commit();
+    bulk_wait_read();  // before kBarItem: the next item's loads reuse the stages
+  }
+}
+
 template <typename T, class Tr>
 __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32_t smem,
                              float* smem_f, uint32_t (&uses)[2], uint32_t qphase) {
@@ -406,18 +503,8 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
   const uint32_t p0base = stage0 + Tr::kPChunk * Tr::kChunkBytes;
   const uint32_t p1base = stage1 + Tr::kPChunk * Tr::kChunkBytes;
   float* s_max = smem_f + Tr::kOffMax / 4;  // [2][64]
-  float* s_l = smem_f + Tr::kOffL / 4;      // [2][64]
 
-  RowInfo ri;
-  ri.r0 = 16 * wq + g;
-  ri.r1 = ri.r0 + 8;
-  ri.v0 = d.row0 + ri.r0 < d.rows;
-  ri.v1 = d.row0 + ri.r1 < d.rows;
-  const int node0 = ri.v0 ? (d.row0 + ri.r0) / d.H : 0, node1 = ri.v1 ? (d.row0 + ri.r1) / d.H : 0;
-  ri.mrow0 = reinterpret_cast<const uint32_t*>(
-      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node0) * kp.p.mask_words);
-  ri.mrow1 = reinterpret_cast<const uint32_t*>(
-      kp.p.tree_mask + static_cast<int64_t>(d.rs.q_start + node1) * kp.p.mask_words);
+  const RowInfo ri = row_info(kp, d, wq, g);
 
   float o[128];
 #pragma unroll
@@ -535,76 +622,7 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
     if (has_b) ++uses[1];
   }
 
-  // ---- epilogue: add the two groups' row sums ----
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (q4 == 0) {
-    s_l[64 * wg + ri.r0] = l0;
-    s_l[64 * wg + ri.r1] = l1;
-  }
-  bar_sync(kBarBoth, 256);
-  l0 += s_l[64 * (1 - wg) + ri.r0];
-  l1 += s_l[64 * (1 - wg) + ri.r1];
-
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  const float lse0 = l0 > 0.f ? m0 * sc + __log2f(l0) : -INFINITY;  // log2 domain
-  const float lse1 = l1 > 0.f ? m1 * sc + __log2f(l1) : -INFINITY;
-  constexpr float kLn2 = 0.69314718055994530942f;
-  const int64_t grow0 = static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + ri.r0;
-  const int64_t grow1 = grow0 + 8;
-  // O / l goes through shared memory (the KV stages: the loop has read every block of the item
-  // and the producer waits at kBarItem) in global order, padded rows, then one bulk copy a row.
-  // Stores straight from the fragments (8 rows x 16 or 32 bytes a warp instruction) made a split
-  // call about 9 us slower (1,16,16,131072: 170 against 159 us; docs/verify-kernel.md).
-  const uint32_t ostage = smem + Tr::kOffStages;
-  const bool final_out = d.slot < 0;
-  const int ostride = final_out ? Tr::kOutRowBytes : Tr::kPartRowBytes;
-  if (final_out) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int col = 256 * wg + 8 * i + 2 * q4;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r0 * ostride + col * 2),
-                   "r"(pack2<T>(o[4 * i] * inv0, o[4 * i + 1] * inv0))
-                   : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ostage + ri.r1 * ostride + col * 2),
-                   "r"(pack2<T>(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1))
-                   : "memory");
-    }
-    if (wg == 0 && q4 == 0) {
-      if (ri.v0) kp.lse[grow0] = lse0 * kLn2;
-      if (ri.v1) kp.lse[grow1] = lse1 * kLn2;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int col = 256 * wg + 8 * i + 2 * q4;
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r0 * ostride + col * 4),
-                   "f"(o[4 * i] * inv0), "f"(o[4 * i + 1] * inv0)
-                   : "memory");
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ostage + ri.r1 * ostride + col * 4),
-                   "f"(o[4 * i + 2] * inv1), "f"(o[4 * i + 3] * inv1)
-                   : "memory");
-    }
-    if (wg == 0 && q4 == 0) {
-      if (ri.v0) kp.part_lse[d.slot * kBlockM + ri.r0] = lse0;
-      if (ri.v1) kp.part_lse[d.slot * kBlockM + ri.r1] = lse1;
-    }
-  }
-  fence_proxy_async();  // the rows, seen by the bulk copies
-  bar_sync(kBarBoth, 256);
-  // Lanes 0-7 of compute warp w copy rows 8 w + lane that the request has.
-  const int crow = 8 * (threadIdx.x >> 5) + lane;
-  if (lane < 8 && d.row0 + crow < d.rows) {
-    void* dst = final_out
-                    ? static_cast<void*>(static_cast<T*>(kp.o) + (grow0 - ri.r0 + crow) * kHeadDimV)
-                    : static_cast<void*>(kp.part_o + (d.slot * kBlockM + crow) * kHeadDimV);
-    bulk_copy_s2g(dst, ostage + crow * ostride, final_out ? kHeadDimV * 2 : kHeadDimV * 4);
-    bulk_commit();
-    bulk_wait_read();  // before kBarItem: the next item's loads reuse the stages
-  }
+  store_output<T, Tr>(kp, d, smem, smem_f, o, m0, m1, l0, l1, ri, wg, lane, q4);
 }
 
 // Work item n (0, 1, ...) of this CTA: items blockIdx.x, blockIdx.x + gridDim.x, ...; false when

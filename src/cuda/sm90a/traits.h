@@ -72,4 +72,42 @@ struct Sm90aTraits {
 
 static_assert(Sm90aTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");
 
+// The TMA kernel of the family (src/cuda/sm90a/kernel_tma.cuh): the same 64-row tiles and two
+// 64-key stages, no producer warpgroup, 256 threads. Q's rope chunk moves to registers once Q has
+// landed, and its 8 KB then hold WG1's P for WG0 (kOffP1); WG0's P for WG1 has a buffer of its own
+// (kOffP0), so no P lives in a KV stage. Each stage lands in nine chunks, one full mbarrier each
+// (count 1: the copying group's thread 0 arrives with the chunk's bytes; cp.async rows arrive
+// through the same barrier). WG0 copies chunks 0-3 of every block, WG1 chunks 4-8.
+template <typename T>
+struct Sm90aTmaTraits {
+  using Element = T;
+  using KvElement = T;
+  static constexpr int kBlockN = 64;
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 2 * 128;
+  static constexpr int kChunks = Sm90aTraits<T>::kChunks;
+  static constexpr int kChunkBytes = Sm90aTraits<T>::kChunkBytes;
+  static constexpr int kTileBytes = Sm90aTraits<T>::kTileBytes;
+  static constexpr int kPChunk = Sm90aTraits<T>::kPChunk;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffP1 = kOffQ + kPChunk * kChunkBytes;  // Q's rope chunk, once in registers
+  static constexpr int kOffStages = kOffQ + kTileBytes;
+  static constexpr int kOffP0 = kOffStages + kStages * kTileBytes;
+  static constexpr int kOffMax = kOffP0 + kChunkBytes;  // [2][64] fp32: WG0's and WG1's row maxima
+  static constexpr int kOffL = kOffMax + 2 * kBlockM * 4;  // [2][64] fp32 row sums (epilogue)
+  static constexpr int kOffBars = kOffL + 2 * kBlockM * 4;
+  static constexpr int bar_full(int stage, int chunk) {
+    return kOffBars + 8 * (kChunks * stage + chunk);
+  }
+  static constexpr int kBarQ = kOffBars + 8 * (kStages * kChunks);  // 256 cp.async arrivals
+  static constexpr int kSmemUsed = kBarQ + 8;
+  static constexpr int kOutRowBytes = Sm90aTraits<T>::kOutRowBytes;
+  static constexpr int kPartRowBytes = Sm90aTraits<T>::kPartRowBytes;
+  static constexpr int kSmemBytes = kSmemUsed + 1024;
+  static_assert(kOffStages % 1024 == 0 && kOffP0 % 1024 == 0, "1024-byte swizzle atoms");
+  static_assert(kBlockM * kPartRowBytes <= kStages * kTileBytes, "O / l fits in the KV stages");
+};
+
+static_assert(Sm90aTmaTraits<short>::kSmemBytes <= kSmemSm90, "must fit an sm_90 CTA");
+
 }  // namespace treemla::cuda
