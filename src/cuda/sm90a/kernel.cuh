@@ -316,7 +316,29 @@ __device__ __forceinline__ RowInfo row_info(const VerifyKernelParams& kp, const 
   return ri;
 }
 
-// -inf where a key is not visible: past the block's keys, or (tail) not an ancestor.
+// Visible keys of a tail block (bit c of word h: key 32 h + c) for the thread's two rows, out of
+// line (mask_s<true>): with this path inlined at each S of its block loop, the TMA kernel's code
+// grew enough to stall on instruction fetch (docs/verify-kernel.md).
+__device__ __noinline__ uint4 tail_vis(int k0, int n_tail, uint64_t tail_bits, int q_len, bool v0,
+                                       bool v1, const uint32_t* mrow0, const uint32_t* mrow1) {
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = k0 + h;
+    if (k < n_tail) {
+      const int jb = nth_set_bit(tail_bits, k);
+      const int v = min(q_len - jb * 32, 32);
+      const uint32_t in_range = v >= 32 ? 0xffffffffu : ((1u << v) - 1u);
+      w[h] = v0 ? in_range & __ldg(mrow0 + jb) : 0u;
+      w[2 + h] = v1 ? in_range & __ldg(mrow1 + jb) : 0u;
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// -inf where a key is not visible: past the block's keys, or (tail) not an ancestor. kTailCall:
+// the tail's visibility from tail_vis, out of line.
+template <bool kTailCall = false>
 __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, const RowInfo& ri,
                                        int q4) {
   uint32_t vis0[2], vis1[2];  // bit c of half h: key 32 h + c visible
@@ -328,6 +350,13 @@ __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, co
       const int v = min(max(valid - 32 * h, 0), 32);
       vis0[h] = vis1[h] = v >= 32 ? 0xffffffffu : ((1u << v) - 1u);
     }
+  } else if constexpr (kTailCall) {
+    const uint4 w = tail_vis(2 * (it - d.n_pfx), d.n_tail, d.tail_bits, d.rs.q_len, ri.v0, ri.v1,
+                             ri.mrow0, ri.mrow1);
+    vis0[0] = w.x;
+    vis0[1] = w.y;
+    vis1[0] = w.z;
+    vis1[1] = w.w;
   } else {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -26,7 +26,10 @@
 //        P_B V_B[:, 256:]; wait for P_A in P0; O_R += P_A V_A[:, 256:]; once each product is done,
 //        refill chunks 4-8 of its stage (blocks it + 3 and it + 2); S of block it + 3 (chunks 4-8,
 //        then 0-3: the order they were refilled).
-// docs/verify-kernel.md, "The sm90a family", has the design's measurements.
+// The handoffs between the groups are bar.arrive on one side and bar.sync on the other; they
+// order the shared-memory accesses around them, but compute-sanitizer racecheck reports hazards on
+// them (with two-sided bar.sync it reports none, and the kernel is 5-10% slower), so this kernel
+// is not the family's default. docs/verify-kernel.md, "The sm90a family", has the measurements.
 #pragma once
 
 #include "cuda/sm90a/kernel.cuh"
@@ -36,10 +39,10 @@ namespace treemla::cuda::sm90a {
 #if TREEMLA_HAS_WGMMA
 
 // Named barriers of this kernel (kernel.cuh's kBarBoth and kBarItem are reused; ids below 16).
-constexpr int kBarMA = 7;   // WG0 arrives, WG1 waits: mA in s_max[0]
-constexpr int kBarMB = 8;   // WG1 arrives, WG0 waits: mB in s_max[1]
-constexpr int kBarP0 = 9;   // WG0 arrives, WG1 waits: P_A (at mB) in P0
-constexpr int kBarP1 = 10;  // WG1 arrives, WG0 waits: P_B in P1
+constexpr int kBarMA = 7;      // WG0 arrives, WG1 waits: mA in s_max[0]
+constexpr int kBarMB = 8;      // WG1 arrives, WG0 waits: mB in s_max[1]
+constexpr int kBarP0 = 9;      // WG0 arrives, WG1 waits: P_A (at mB) in P0
+constexpr int kBarP1 = 10;     // WG1 arrives, WG0 waits: P_B in P1
 constexpr int kBarFill0 = 11;  // the 128 threads of WG0 / WG1 after their cp.async of a part
 constexpr int kBarFill1 = 12;
 
@@ -60,13 +63,31 @@ __device__ __forceinline__ void cp_async_mbar_track(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// Chunks [c0, c1) of a block into the stage at `stage`: one box a chunk of rows [y0, y0 + box) of
+// page z0 (map: 64-row boxes), or (y1 >= 0; map: 32-row boxes) two, the second of rows
+// [y1, y1 + 32) of page z1 into the chunk's rows 32-63; each chunk arrives on its barrier (at
+// bar0 + 8 c) with its 8 KB. Called by one thread. The loop is not unrolled: each TMA instruction
+// compiles to a loop over the active lanes, and one a chunk at every refill site made the block
+// loop's code too large; as a function call it cost more (docs/verify-kernel.md).
+__device__ __forceinline__ void issue_boxes(const TmaMap* map, uint32_t stage, uint32_t bar0,
+                                            int c0, int c1, int y0, int z0, int y1, int z1) {
+#pragma unroll 1
+  for (int c = c0; c < c1; ++c) {
+    const uint32_t bar = bar0 + 8 * c;
+    const uint32_t dst = stage + c * 8192;
+    mbar_arrive_expect_tx(bar, 8192);
+    tma_box(dst, map, c * 64, y0, z0, bar);
+    if (y1 >= 0) tma_box(dst + 4096, map, c * 64, y1, z1, bar);
+  }
+}
+
 // Where a 64-key block comes from. box: both 32-row halves are runs of keys in one page each,
 // with good page-table entries, so TMA boxes fetch them; else the block is copied row by row.
 struct BlockSrc {
   int t0, t1;        // first key of each half
   int page0, page1;  // their page-table entries (box only)
   bool box;
-  bool one_page;     // both halves in the same page entry: one 64-row box a chunk
+  bool one_page;  // both halves in the same page entry: one 64-row box a chunk
 };
 
 __device__ __forceinline__ BlockSrc block_source(const VerifyKernelParams& kp, const Item& d,
@@ -105,18 +126,8 @@ __device__ __forceinline__ void fill_part(const VerifyKernelParams& kp, const It
   if (src.box) {
     if (wt == 0) {
       const int ps = kp.p.page_size;
-      const bool box64 = src.one_page;
-      for (int c = c0; c < c1; ++c) {
-        const uint32_t bar = smem + Tr::bar_full(st, c);
-        const uint32_t dst = stage + c * Tr::kChunkBytes;
-        mbar_arrive_expect_tx(bar, Tr::kChunkBytes);
-        if (box64) {
-          tma_box(dst, &kp.kv_map[1], c * 64, src.t0 & (ps - 1), src.page0, bar);
-        } else {
-          tma_box(dst, &kp.kv_map[0], c * 64, src.t0 & (ps - 1), src.page0, bar);
-          tma_box(dst + 4096, &kp.kv_map[0], c * 64, src.t1 & (ps - 1), src.page1, bar);
-        }
-      }
+      issue_boxes(&kp.kv_map[src.one_page ? 1 : 0], stage, smem + Tr::bar_full(st, 0), c0, c1,
+                  src.t0 & (ps - 1), src.page0, src.one_page ? -1 : src.t1 & (ps - 1), src.page1);
     }
     return;
   }
@@ -149,8 +160,8 @@ __device__ __noinline__ void fill_rows(const VerifyKernelParams& kp, const Item&
       record_status(kp.hdr, kStatusPage, d.b, page, t);
       continue;
     }
-    srow[j] = (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) *
-              kHeadDimQK;
+    srow[j] =
+        (static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1))) * kHeadDimQK;
   }
   for (int c = c0; c < c1; ++c) {
 #pragma unroll
@@ -177,11 +188,16 @@ __device__ __forceinline__ void s_chunks(float (&s)[32], uint32_t smem, int st, 
                                          const uint32_t (&rq)[16]) {
   const uint32_t sk = smem + Tr::kOffStages + st * Tr::kTileBytes;
   const uint64_t dq = make_desc(smem + Tr::kOffQ, 16, 1024), dk = make_desc(sk, 16, 1024);
+  if (fence) {
+    // A block copied row by row (rare): wait for its chunks and fence once, out of the chain.
+    for (int i = 0; i < n; ++i)
+      mbar_wait(smem + Tr::bar_full(st, (first + i) % Tr::kChunks), parity);
+    fence_proxy_async();
+  }
 #pragma unroll
   for (int i = 0; i < n; ++i) {
     const int c = (first + i) % Tr::kChunks;
     mbar_wait(smem + Tr::bar_full(st, c), parity);
-    if (fence) fence_proxy_async();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -264,9 +280,9 @@ __device__ __forceinline__ void load_q(const VerifyKernelParams& kp, const Item&
   for (int j = 0; j < 2; ++j) {
     const int r = (q >> 3) + 32 * j;
     const bool ok = d.row0 + r < d.rows;
-    const T* sp =
-        qp + (ok ? (static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + r) * kHeadDimQK : 0) +
-        u * 8;
+    const T* sp = qp +
+                  (ok ? (static_cast<int64_t>(d.rs.q_start) * d.H + d.row0 + r) * kHeadDimQK : 0) +
+                  u * 8;
     const uint32_t dr = smem + Tr::kOffQ + swizzle128(r, u);
 #pragma unroll
     for (int c = 0; c < Tr::kChunks; ++c) {
@@ -324,7 +340,7 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
   }
   wgmma_wait<0>();
   fence_regs(s);
-  if (n_blocks > wg) mask_s(s, d, wg, ri, q4);  // WG0: block 0, WG1: block 1
+  if (n_blocks > wg) mask_s<true>(s, d, wg, ri, q4);  // WG0: block 0, WG1: block 1
 
   for (int it = 0; it < n_blocks; it += 2) {
     const bool has_b = it + 1 < n_blocks, has_a2 = it + 2 < n_blocks, has_b2 = it + 3 < n_blocks;
@@ -382,7 +398,7 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
-      if (has_a2) mask_s(s, d, it + 2, ri, q4);  // right after the wait (C7515 otherwise)
+      if (has_a2) mask_s<true>(s, d, it + 2, ri, q4);  // right after the wait (C7515 otherwise)
     } else {
       fence_regs(o);
       float mb0 = -INFINITY, mb1 = -INFINITY;
@@ -427,7 +443,7 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
         s_chunks<T, Tr>(s, smem, 1, uses[1] & 1, 4, 9, true, !nsrc_b.box, rq);
         wgmma_wait<0>();
         fence_regs(s);
-        mask_s(s, d, it + 3, ri, q4);
+        mask_s<true>(s, d, it + 3, ri, q4);
       }
     }
   }
