@@ -9,9 +9,9 @@
 
 namespace treemla::cuda {
 
-// A second main kernel of a family for the calls it can serve (the sm90a family's TMA kernel:
-// caches with pages of at least min_page_size rows); fn null: none. Same grid, schedule, combine
-// and workspace as the entry's kernel.
+// A second main kernel of a family (the sm90a family's TMA kernel, chosen by the launch code:
+// verify_api.cu); fn null: none. Same grid, schedule, combine and workspace as the entry's kernel.
+// min_page_size: the smallest page size its fast path serves (smaller pages it copies row by row).
 struct AltKernel {
   const void* fn = nullptr;
   int threads = 0;
