@@ -18,18 +18,18 @@
 // Per pair of blocks (A = it in stage 0, B = it + 1 in stage 1), entering with S_A in WG0's
 // registers and S_B in WG1's:
 //   WG0: mA = max(m, rowmax S_A) to WG1; P_A (registers); O_L = O_L 2^(m - mA) + P_A V_A[:, :256];
-//        when that is done, refill chunks 0-3 of stage 0 (block it + 2); wait for mB; P_A at mB
-//        into P0 for WG1; O_L *= 2^(mA - mB); wait for P_B in P1; O_L += P_B V_B[:, :256]; S of
-//        block it + 2 on chunks 0-3; once P_B V_B is done, refill chunks 0-3 of stage 1 (it + 3);
-//        S of block it + 2 on chunks 4-8.
+//        while that runs, wait for mB and store P_A 2^(mA - mB) into P0 for WG1; when the product
+//        is done, refill chunks 0-3 of stage 0 (block it + 2); O_L *= 2^(mA - mB); wait for P_B
+//        in P1; O_L += P_B V_B[:, :256]; S of block it + 2 on chunks 0-3; once P_B V_B is done,
+//        refill chunks 0-3 of stage 1 (it + 3); S of block it + 2 on chunks 4-8.
 //   WG1: mB = max(mA, rowmax S_B) to WG0; P_B (registers, and into P1); O_R = O_R 2^(m - mB) +
 //        P_B V_B[:, 256:]; wait for P_A in P0; O_R += P_A V_A[:, 256:]; once each product is done,
 //        refill chunks 4-8 of its stage (blocks it + 3 and it + 2); S of block it + 3 (chunks 4-8,
 //        then 0-3: the order they were refilled).
-// The handoffs between the groups are bar.arrive on one side and bar.sync on the other; they
-// order the shared-memory accesses around them, but compute-sanitizer racecheck reports hazards on
-// them (with two-sided bar.sync it reports none, and the kernel is 5-10% slower), so this kernel
-// is not the family's default. docs/verify-kernel.md, "The sm90a family", has the measurements.
+// The handoffs between the groups (mA, mB, P_A, P_B) are mbarriers (Hand). The family runs this
+// kernel for pages of at least 32 rows and the producer kernel (kernel.cuh) for smaller ones,
+// which this one would copy row by row at under half the speed; docs/verify-kernel.md, "The sm90a
+// family", has the measurements.
 #pragma once
 
 #include "cuda/sm90a/kernel.cuh"
@@ -39,12 +39,29 @@ namespace treemla::cuda::sm90a {
 #if TREEMLA_HAS_WGMMA
 
 // Named barriers of this kernel (kernel.cuh's kBarBoth and kBarItem are reused; ids below 16).
-constexpr int kBarMA = 7;      // WG0 arrives, WG1 waits: mA in s_max[0]
-constexpr int kBarMB = 8;      // WG1 arrives, WG0 waits: mB in s_max[1]
-constexpr int kBarP0 = 9;      // WG0 arrives, WG1 waits: P_A (at mB) in P0
-constexpr int kBarP1 = 10;     // WG1 arrives, WG0 waits: P_B in P1
 constexpr int kBarFill0 = 11;  // the 128 threads of WG0 / WG1 after their cp.async of a part
 constexpr int kBarFill1 = 12;
+
+// The four handoffs between the groups, each once a pair of blocks (kHandP1 only when the pair
+// has a block B).
+enum Hand {
+  kHandMA = 0,  // WG0 gives, WG1 takes: mA in s_max[0]
+  kHandMB = 1,  // WG1 gives, WG0 takes: mB in s_max[1]
+  kHandP0 = 2,  // WG0 gives, WG1 takes: P_A (at mB) in P0
+  kHandP1 = 3,  // WG1 gives, WG0 takes: P_B in P1
+};
+// Each is an mbarrier of count 128 (Tr::kBarHand): every thread of the giving group arrives
+// (release), the other group waits (acquire) for the phase of parity n & 1, n the handoff's
+// earlier phases. Named barriers (bar.arrive on the giving side, bar.sync on the other) ran at
+// the same speed, but compute-sanitizer racecheck reports hazards on the accesses they order.
+template <class Tr>
+__device__ __forceinline__ void hand_give(uint32_t smem, Hand h) {
+  mbar_arrive(smem + Tr::kBarHand + 8 * h);
+}
+template <class Tr>
+__device__ __forceinline__ void hand_take(uint32_t smem, Hand h, uint32_t n) {
+  mbar_wait(smem + Tr::kBarHand + 8 * h, n & 1);
+}
 
 // One box of a [num_pages][page_size][576] map: columns [x, x + 64), rows [y, y + box) of page z.
 __device__ __forceinline__ void tma_box(uint32_t dst, const TmaMap* map, int x, int y, int z,
@@ -256,6 +273,39 @@ __device__ __forceinline__ void make_p(const float (&s)[32], float m0, float m1,
   }
 }
 
+// As make_p, and s = P in fp32 (for store_p_scaled).
+template <typename T>
+__device__ __forceinline__ void make_p_keep(float (&s)[32], float m0, float m1, float sc,
+                                            float& rs0, float& rs1, uint32_t (&pk)[16]) {
+  const float mu0 = m0 == -INFINITY ? 0.f : m0 * sc, mu1 = m1 == -INFINITY ? 0.f : m1 * sc;
+  rs0 = rs1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s[4 * i + 0] = fast_exp2(fmaf(s[4 * i + 0], sc, -mu0));
+    s[4 * i + 1] = fast_exp2(fmaf(s[4 * i + 1], sc, -mu0));
+    s[4 * i + 2] = fast_exp2(fmaf(s[4 * i + 2], sc, -mu1));
+    s[4 * i + 3] = fast_exp2(fmaf(s[4 * i + 3], sc, -mu1));
+    rs0 += s[4 * i + 0] + s[4 * i + 1];
+    rs1 += s[4 * i + 2] + s[4 * i + 3];
+    pk[2 * i] = pack2<T>(s[4 * i + 0], s[4 * i + 1]);
+    pk[2 * i + 1] = pack2<T>(s[4 * i + 2], s[4 * i + 3]);
+  }
+}
+// P (fp32, in p) times b0 (row r0) / b1 (row r1), rounded, into a swizzled 64 x 64 P buffer.
+template <typename T>
+__device__ __forceinline__ void store_p_scaled(const float (&p)[32], float b0, float b1,
+                                               uint32_t pbuf, const RowInfo& ri, int q4) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pbuf + swizzle128(ri.r0, i) + 4 * q4),
+                 "r"(pack2<T>(p[4 * i] * b0, p[4 * i + 1] * b0))
+                 : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pbuf + swizzle128(ri.r1, i) + 4 * q4),
+                 "r"(pack2<T>(p[4 * i + 2] * b1, p[4 * i + 3] * b1))
+                 : "memory");
+  }
+}
+
 // The A fragments in pk into a swizzled 64 x 64 P buffer.
 __device__ __forceinline__ void store_p(const uint32_t (&pk)[16], uint32_t pbuf, const RowInfo& ri,
                                         int q4) {
@@ -346,6 +396,7 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
     const bool has_b = it + 1 < n_blocks, has_a2 = it + 2 < n_blocks, has_b2 = it + 3 < n_blocks;
     ++uses[0];
     if (has_b) ++uses[1];
+    const uint32_t np = uses[0] - 1, npb = uses[1] - 1;  // earlier phases of the handoffs
     // The next pair's sources, in flight while this pair is computed.
     const BlockSrc nsrc_a = block_source(kp, d, it + 2), nsrc_b = block_source(kp, d, it + 3);
     if (wg == 0) {
@@ -356,33 +407,35 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
         s_max[ri.r0] = ma0;
         s_max[ri.r1] = ma1;
       }
-      bar_arrive(kBarMA, 256);
+      hand_give<Tr>(smem, kHandMA);
       float rs0, rs1;
       uint32_t pk[16];
-      make_p<T>(s, ma0, ma1, sc, rs0, rs1, pk);
+      make_p_keep<T>(s, ma0, ma1, sc, rs0, rs1, pk);
       const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
       l0 = l0 * a0 + rs0;
       l1 = l1 * a1 + rs1;
       if (a0 != 1.f || a1 != 1.f) scale_o(o, a0, a1);
       compute_pv_rs<T, Tr>(o, pk, stage0, 0);
+      // P_A at mB for WG1 while P_A V_A runs: P_A scaled by 2^(mA - mB), not recomputed from S
+      // (on the H200 7-8% faster at the GLM-5 shape and at 1,128,64 than recomputing it after
+      // the product's wait; scaling alone gave 1-2%).
+      hand_take<Tr>(smem, kHandMB, np);
+      const float mb0 = s_max[64 + ri.r0], mb1 = s_max[64 + ri.r1];
+      const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
+      store_p_scaled<T>(s, b0, b1, p0buf, ri, q4);
+      fence_proxy_async();
+      hand_give<Tr>(smem, kHandP0);
       wgmma_wait<0>();
       keep_regs(pk);  // the product read pk until the wait: its registers stay untouched till then
       fence_regs(o);
       if (has_a2) fill_part<T, Tr>(kp, d, it + 2, 0, smem, 0, wt, nsrc_a);
-      bar_sync(kBarMB, 256);
-      const float mb0 = s_max[64 + ri.r0], mb1 = s_max[64 + ri.r1];
-      make_p<T>(s, mb0, mb1, sc, rs0, rs1, pk);  // P_A at mB, for WG1
-      store_p(pk, p0buf, ri, q4);
-      fence_proxy_async();
-      bar_arrive(kBarP0, 256);
-      const float b0 = rescale(ma0, mb0, sc), b1 = rescale(ma1, mb1, sc);
       l0 *= b0;
       l1 *= b1;
       if (b0 != 1.f || b1 != 1.f) scale_o(o, b0, b1);
       m0 = mb0;
       m1 = mb1;
       if (has_b) {
-        bar_sync(kBarP1, 256);
+        hand_take<Tr>(smem, kHandP1, npb);
         pv_smem<T, Tr>(o, p1buf, stage1, 0);
       }
       if (has_a2) s_chunks<T, Tr>(s, smem, 0, uses[0] & 1, 0, 4, true, !nsrc_a.box, rq);
@@ -403,14 +456,14 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
       fence_regs(o);
       float mb0 = -INFINITY, mb1 = -INFINITY;
       if (has_b) row_max(s, mb0, mb1);
-      bar_sync(kBarMA, 256);
+      hand_take<Tr>(smem, kHandMA, np);
       mb0 = fmaxf(mb0, s_max[ri.r0]);
       mb1 = fmaxf(mb1, s_max[ri.r1]);
       if (q4 == 0) {
         s_max[64 + ri.r0] = mb0;
         s_max[64 + ri.r1] = mb1;
       }
-      bar_arrive(kBarMB, 256);
+      hand_give<Tr>(smem, kHandMB);
       // This group's running maxima (m0, m1) move to mB with O_R and its row sums.
       const float c0 = rescale(m0, mb0, sc), c1 = rescale(m1, mb1, sc);
       l0 *= c0;
@@ -428,10 +481,10 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
         fence_proxy_async();
         compute_pv_rs<T, Tr>(o, pk, stage1, 1);
       }
-      bar_sync(kBarP0, 256);
+      hand_take<Tr>(smem, kHandP0, np);
       pv_smem<T, Tr>(o, p0buf, stage0, 1);
       if (has_b) {
-        bar_arrive(kBarP1, 256);
+        hand_give<Tr>(smem, kHandP1);
         wgmma_wait<1>();
         keep_regs(pk);
         if (has_b2) fill_part<T, Tr>(kp, d, it + 3, 1, smem, 1, wt, nsrc_b);
@@ -465,6 +518,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int c = 0; c < Tr::kChunks; ++c) mbar_init(smem + Tr::bar_full(st, c), 1);
     }
     mbar_init(smem + Tr::kBarQ, Tr::kThreads);
+    for (int h = 0; h < Tr::kNumHand; ++h) mbar_init(smem + Tr::kBarHand + 8 * h, 128);
     fence_mbar_init();
     if (kp.p.page_size >= 32) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kp.kv_map[0]))

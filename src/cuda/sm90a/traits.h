@@ -100,7 +100,11 @@ struct Sm90aTmaTraits {
     return kOffBars + 8 * (kChunks * stage + chunk);
   }
   static constexpr int kBarQ = kOffBars + 8 * (kStages * kChunks);  // 256 cp.async arrivals
-  static constexpr int kSmemUsed = kBarQ + 8;
+  // The handoffs between the groups (kernel_tma.cuh, Hand): four mbarriers of count 128, one
+  // phase a pair of blocks; every thread of the handing group arrives.
+  static constexpr int kBarHand = kBarQ + 8;
+  static constexpr int kNumHand = 4;
+  static constexpr int kSmemUsed = kBarHand + 8 * kNumHand;
   static constexpr int kOutRowBytes = Sm90aTraits<T>::kOutRowBytes;
   static constexpr int kPartRowBytes = Sm90aTraits<T>::kPartRowBytes;
   static constexpr int kSmemBytes = kSmemUsed + 1024;

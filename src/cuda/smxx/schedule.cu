@@ -58,10 +58,10 @@ __device__ __forceinline__ Counts operator+(const Counts& a, const Counts& b) {
 // The combine groups of the call (CombineGroup, verify_kernel_params.h), one thread a group, from
 // the entries the kernel wrote above: what the combine kernel would otherwise look up with a chain
 // of dependent loads a row.
-__device__ void write_combine_groups(const VerifyKernelParams& kp, int batch) {
-  const int num_groups = kp.hdr->num_groups;
-  const bool refined = kp.hdr->refine_first < kp.hdr->num_items;
-  const WorkRefine rf = *kp.refine;
+// num_groups, refined (the last wave is cut into pieces) and rf: what thread 0 wrote to the
+// header and kp.refine, passed through shared memory rather than read back from global memory.
+__device__ void write_combine_groups(const VerifyKernelParams& kp, int batch, int num_groups,
+                                     bool refined, const WorkRefine& rf) {
   for (int grp = threadIdx.x; grp < num_groups; grp += kSchedThreads) {
     CombineGroup g{};
     g.q = refined ? max(rf.q, 1) : 1;
@@ -114,8 +114,11 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
   __shared__ unsigned s_cand_items[kNumCandidates], s_cand_parts[kNumCandidates];
   __shared__ int s_cand_max[kNumCandidates], s_cand_min[kNumCandidates];
   __shared__ Estimate s_cand_est[kNumCandidates];
-  __shared__ int s_cand;      // the chosen candidate
-  __shared__ int s_refine_q;  // its last wave's pieces an item (1: not refined)
+  __shared__ int s_cand;        // the chosen candidate
+  __shared__ int s_refine_q;    // its last wave's pieces an item (1: not refined)
+  __shared__ WorkRefine s_rf;   // the refinement, the group count and whether it cuts any item,
+  __shared__ int s_num_groups;  // as written to kp.refine and the header
+  __shared__ bool s_refined;
   // The main kernel may start launching now; it waits for this kernel's completion (pdl_wait)
   // before it reads the work list.
   pdl_launch_dependents();
@@ -306,9 +309,12 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
     kp.hdr->num_items = items;
     kp.hdr->num_groups = groups;
     kp.hdr->counter = 0;
+    s_rf = rf;
+    s_num_groups = groups;
+    s_refined = rf.first < items;
   }
   __syncthreads();  // the requests' entries, the bases, the refinement and the header
-  write_combine_groups(kp, batch);
+  write_combine_groups(kp, batch, s_num_groups, s_refined, s_rf);
 }
 
 }  // namespace
