@@ -126,9 +126,9 @@ bool use_alt_kernel(const KernelEntry& e, const VerifyParams& p) {
       return true;
     default:
       // Pages of at least 32 rows (its boxes; smaller pages it copies row by row, 2.4x slower
-      // at page size 1): on the H200 it is 4-10% faster than the producer kernel at 1,128,64,
-      // 8,16,65 and 8,128,1, level elsewhere, 1-3% slower at the GLM-5 shape at page size 64
-      // (docs/verify-kernel.md, "The sm90a family").
+      // at page size 1). Measured on the H200 before 0373a8c's P_A change: level with the
+      // producer kernel or up to 10% faster, except 1-3% slower at the GLM-5 shape and
+      // 1,16,16; that change made it 7-8% faster again (bench/results/2026-12-04_h200_s25-*).
       return p.page_size >= e.alt.min_page_size;
   }
 }
