@@ -254,29 +254,11 @@ __device__ __forceinline__ void keep_regs(uint32_t (&r)[16]) {
   for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// P = 2^(S sc - m sc) as A fragments (pk) and row sums, without storing it.
+// P = 2^(S sc - m sc) as A fragments (pk) and row sums; s becomes P in fp32, in place (for
+// store_p_scaled).
 template <typename T>
-__device__ __forceinline__ void make_p(const float (&s)[32], float m0, float m1, float sc,
-                                       float& rs0, float& rs1, uint32_t (&pk)[16]) {
-  const float mu0 = m0 == -INFINITY ? 0.f : m0 * sc, mu1 = m1 == -INFINITY ? 0.f : m1 * sc;
-  rs0 = rs1 = 0.f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float p0 = fast_exp2(fmaf(s[4 * i + 0], sc, -mu0));
-    const float p1 = fast_exp2(fmaf(s[4 * i + 1], sc, -mu0));
-    const float p2 = fast_exp2(fmaf(s[4 * i + 2], sc, -mu1));
-    const float p3 = fast_exp2(fmaf(s[4 * i + 3], sc, -mu1));
-    rs0 += p0 + p1;
-    rs1 += p2 + p3;
-    pk[2 * i] = pack2<T>(p0, p1);
-    pk[2 * i + 1] = pack2<T>(p2, p3);
-  }
-}
-
-// As make_p, and s = P in fp32 (for store_p_scaled).
-template <typename T>
-__device__ __forceinline__ void make_p_keep(float (&s)[32], float m0, float m1, float sc,
-                                            float& rs0, float& rs1, uint32_t (&pk)[16]) {
+__device__ __forceinline__ void make_p(float (&s)[32], float m0, float m1, float sc, float& rs0,
+                                       float& rs1, uint32_t (&pk)[16]) {
   const float mu0 = m0 == -INFINITY ? 0.f : m0 * sc, mu1 = m1 == -INFINITY ? 0.f : m1 * sc;
   rs0 = rs1 = 0.f;
 #pragma unroll
@@ -410,7 +392,7 @@ __device__ void tma_item(const VerifyKernelParams& kp, const Item& d, uint32_t s
       hand_give<Tr>(smem, kHandMA);
       float rs0, rs1;
       uint32_t pk[16];
-      make_p_keep<T>(s, ma0, ma1, sc, rs0, rs1, pk);
+      make_p<T>(s, ma0, ma1, sc, rs0, rs1, pk);
       const float a0 = rescale(m0, ma0, sc), a1 = rescale(m1, ma1, sc);
       l0 = l0 * a0 + rs0;
       l1 = l1 * a1 + rs1;
