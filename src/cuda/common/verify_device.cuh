@@ -14,7 +14,8 @@ namespace treemla::cuda {
 // Programmatic dependent launch (sm_90 and newer; nothing on older targets). The main and combine
 // kernels are launched so that they may start while the kernel before them in the stream is still
 // running (verify_api.cu, use_pdl). pdl_wait blocks until that kernel has completed and its
-// writes are visible: call it before the first global access. pdl_launch_dependents lets the next
+// writes are visible: call it before the first global access (the combine kernel reads what only
+// the schedule kernel writes before it, combine.cu). pdl_launch_dependents lets the next
 // kernel start launching (its CTAs wait in pdl_wait for this one to complete). A kernel launched
 // without the attribute passes pdl_wait at once.
 __device__ __forceinline__ void pdl_wait() {

@@ -144,8 +144,6 @@ template <typename T>
 __global__ void __launch_bounds__(kCombineThreads, 2)
     verify_combine_kernel(const __grid_constant__ VerifyKernelParams kp) {
   constexpr int kWarps = kCombineThreads / 32;
-  pdl_wait();  // the main kernel has completed
-  pdl_launch_dependents();
   // Rows of a group that can hold a row: a row tile has at most max_q_len x H rows (a decode
   // plan's tiles have 16 or fewer), so the warps are spread over those rows only.
   const int group_rows =
@@ -154,10 +152,16 @@ __global__ void __launch_bounds__(kCombineThreads, 2)
   const long long first = static_cast<long long>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   // The entries of this warp's first row in either form, loaded with the header before it is
   // known which form (or whether any group) applies; past the call's groups they are unused.
+  // Only the schedule kernel writes them, and it has completed: this kernel starts once every
+  // main-kernel CTA has passed its own pdl_wait on the kernel before it (the schedule, or a
+  // later kernel of the stream). So they load while the main kernel finishes, and pdl_wait
+  // guards the main kernel's partials only (about an L2 round trip off every call).
   const long long last = kp.partial_slots - 1;
   const CombineGroup e4 = kp.groups[min((first >> 2) / group_rows, last)];
   const CombineGroup e1 = kp.groups[min(first / group_rows, last)];
   const int num_groups = kp.hdr->num_groups;
+  pdl_wait();  // the main kernel has completed: its partials are visible
+  pdl_launch_dependents();
   if (num_groups > 0) combine_groups<T>(kp, num_groups, group_rows, first, e4, e1);
   // Every main-kernel CTA has finished (kernel boundary): reset its counter for the next run.
   if (blockIdx.x == 0 && threadIdx.x == 0) kp.hdr->counter = 0;
