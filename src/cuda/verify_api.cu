@@ -83,6 +83,7 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     const char* e = std::getenv("TREEMLA_REFINE_PCT");
     return e ? std::atoi(e) : -1;
   }();
+  kp.split_align = split_align_for(plan.family == KernelFamily::kSm90a);
   kp.refine_pct =
       refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(plan.family == KernelFamily::kSm90a);
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);

@@ -246,8 +246,9 @@ inline int request_of_item(const std::vector<int>& item_base, int item) {
 // The split boundaries the schedule makes for d.p: runs cuda::verify_schedule on ws (a workspace
 // of plan.workspace_bytes) and reads back the per-request schedule (RequestSched and WorkRefine in
 // src/cuda/common/verify_kernel_params.h). Split s of request b reads the 32-row prefix blocks
-// [s * pblocks / splits, (s + 1) * pblocks / splits); a work item of the refined last wave cuts its
-// split's blocks [b0, e0) into q near-equal pieces, piece k starting at b0 + k (e0 - b0) / q.
+// even_part(pblocks, s, splits, align) (schedule_model.h: near-equal, on 64-key boundaries for the
+// sm90a family); a work item of the refined last wave cuts its split's blocks [b0, e0) the same
+// way into q pieces, piece k starting at b0 + even_part(e0 - b0, k, q, align).
 // Returns, per request, the first logical row (32 x the block) of each split s = 1 .. splits - 1
 // and of each refined piece k = 1 .. q - 1 (empty: one split, nothing refined). With
 // request_of_item and expect_groups_cover_partials, the only place in the tests that knows the
@@ -270,7 +271,9 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
   cuda::WorkRefine rf{};
   TREEMLA_CUDA_CHECK(cudaMemcpy(&rf, base + layout.refine, sizeof(rf), cudaMemcpyDeviceToHost));
   auto split_begin = [](const cuda::RequestSched& rs, int64_t s) {
-    return s * rs.pblocks / rs.splits;
+    int begin, end;
+    cuda::even_part(rs.pblocks, s, rs.splits, rs.align, begin, end);
+    return static_cast<int64_t>(begin);
   };
   std::vector<std::vector<int64_t>> out(sched.size());
   for (size_t b = 0; b < sched.size(); ++b) {
@@ -284,7 +287,11 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
     const cuda::RequestSched& rs = sched[b];
     const int64_t s = (item - item_base[b]) / rs.tiles;
     const int64_t b0 = split_begin(rs, s), len = split_begin(rs, s + 1) - b0;
-    for (int64_t k = 1; k < rf.q; ++k) out[b].push_back(kScheduleBlockRows * (b0 + k * len / rf.q));
+    for (int64_t k = 1; k < rf.q; ++k) {
+      int k0, k1;
+      cuda::even_part(len, k, rf.q, rs.align, k0, k1);
+      out[b].push_back(kScheduleBlockRows * (b0 + k0));
+    }
   }
   return out;
 }

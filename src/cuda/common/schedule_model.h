@@ -54,6 +54,29 @@ TREEMLA_SCHED_HD constexpr int refine_pct_for(bool sm90a_family) {
   return sm90a_family ? kRefinePctSm90a : kRefinePctOther;
 }
 
+// Part k of n near-equal parts of `len` prefix blocks (32 keys): blocks [begin, end), every
+// boundary inside the range a multiple of `align` blocks from its start. A request's split (len =
+// pblocks, n = splits) and a refined piece of a split (len = the split's blocks, n = q) are cut
+// this way. align = 1 is the plain cut k len / n. The sm90a family cuts with align = 2
+// (kSplitAlignSm90a): its 64-key blocks then start on a 64-key boundary of the prefix, so on pages
+// of 64 rows or more each is one 64-row TMA box; a split starting on an odd block made every block
+// of it two 32-row boxes, and that split 7% slower (H200, the GLM-5 shape: 14 splits of 413
+// blocks, the odd ones the last to finish; docs/verify-kernel.md). The parts differ by at most one
+// unit of `align` blocks; n <= len / kMinChunkBlocks keeps every part non-empty.
+TREEMLA_SCHED_HD void even_part(long long len, long long k, long long n, int align, int& begin,
+                                int& end) {
+  TREEMLA_SCHED_MINMAX;
+  const long long a = max(align, 1);
+  const long long units = (len + a - 1) / a;
+  begin = static_cast<int>(min(a * (k * units / n), len));
+  end = static_cast<int>(min(a * ((k + 1) * units / n), len));
+}
+// The split alignment of a family (VerifyKernelParams::split_align, RequestSched::align).
+constexpr int kSplitAlignSm90a = 2;
+TREEMLA_SCHED_HD constexpr int split_align_for(bool sm90a_family) {
+  return sm90a_family ? kSplitAlignSm90a : 1;
+}
+
 // Splits of a request with `pblocks` prefix blocks for a target of `waves` x the grid, given its
 // share x = pblocks * grid / total: the share rounded down (or up), at least 1, at most
 // pblocks / kMinChunkBlocks.

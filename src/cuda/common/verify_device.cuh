@@ -94,10 +94,9 @@ __device__ __forceinline__ bool split_has_tail(const VerifyKernelParams& kp, con
 }
 
 // Prefix blocks [begin, end) of split `s` of a request: its pblocks cut into rs.splits near-equal
-// ranges (RequestSched).
+// ranges, on 64-key boundaries for the sm90a family (even_part, schedule_model.h).
 __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& begin, int& end) {
-  begin = static_cast<int>(static_cast<int64_t>(s) * rs.pblocks / rs.splits);
-  end = static_cast<int>(static_cast<int64_t>(s + 1) * rs.pblocks / rs.splits);
+  even_part(rs.pblocks, s, rs.splits, rs.align, begin, end);
 }
 
 // What a main-kernel family needs of work item `item` (0 .. hdr->num_items - 1): request, row
@@ -150,9 +149,10 @@ __device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int 
   w.rs = rs;
   int b0, e0;
   split_range(rs, pos.index, b0, e0);
-  const int len = e0 - b0;
-  w.pb_begin = b0 + static_cast<int>(static_cast<int64_t>(k) * len / q);
-  w.pb_end = b0 + static_cast<int>(static_cast<int64_t>(k + 1) * len / q);
+  int k0, k1;
+  even_part(e0 - b0, k, q, rs.align, k0, k1);  // b0 is a multiple of rs.align: the pieces too
+  w.pb_begin = b0 + k0;
+  w.pb_end = b0 + k1;
   w.tail = split_has_tail(kp, rs, pos.index) && k == q - 1;
   w.slot = piece           ? piece_slot
            : rs.splits > 1 ? rs.part_base + static_cast<int64_t>(pos.index) * rs.tiles + pos.tile

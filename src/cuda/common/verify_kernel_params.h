@@ -31,9 +31,11 @@ struct RequestSched {
   int tiles;      // ceil(q_len * H / kBlockM)
   int pblocks;    // prefix blocks of kBlockN rows (0 for VerifyPart::kTail)
   int splits;     // prefix splits, >= 1; split s reads prefix blocks
-                  // [s * pblocks / splits, (s + 1) * pblocks / splits); the last also the tail
+                  // even_part(pblocks, s, splits, align) (schedule_model.h); the last also the
+                  // tail
   int part_base;  // first partial slot (only when splits > 1)
   int pair;       // 1: the row tile is processed as two sub-splits at once (cluster family)
+  int align;      // split boundaries in multiples of this many blocks (even_part; split_align)
 };
 
 // The refined last wave (schedule.cu, "The last wave"): when the work items fill F whole waves of
@@ -108,6 +110,9 @@ struct VerifyKernelParams {
   // plain one's (96 for sm90a, 97 for the other families; TREEMLA_REFINE_PCT, a measurement
   // switch read by verify_api.cu, overrides it).
   int refine_pct;
+  // Split boundaries in multiples of this many prefix blocks (schedule_model.h, even_part): 2 for
+  // the sm90a family, 1 for the others (split_align_for).
+  int split_align;
   // workspace views
   WorkspaceHeader* hdr;
   int* item_base;        // [batch + 1]

@@ -5,7 +5,8 @@
 // Cost model: a (request, row tile) pair costs one unit per 32-row prefix block; total is the
 // sum over the batch. With target = waves * target_items, request b's prefix is cut into
 //   splits_b = max(1, min(floor(pblocks_b * target / total), floor(pblocks_b / kMinChunkBlocks)))
-// near-equal ranges (split s covers blocks [s * pblocks / splits, (s + 1) * pblocks / splits)),
+// near-equal ranges (split s covers blocks even_part(pblocks, s, splits, align): boundaries on
+// 64-key boundaries for the sm90a family),
 // so items = sum tiles_b * splits_b never exceeds target (whole waves of the persistent grid, no
 // straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
 // least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
@@ -264,6 +265,7 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
             splits_for(rs.pblocks, static_cast<double>(rs.pblocks) * grid_share, waves, round_up);
         mine.items = rs.tiles * rs.splits;
       }
+      rs.align = kp.split_align;
       mine.parts = rs.splits > 1 ? rs.tiles * rs.splits : 0;
       mine.groups = rs.splits > 1 ? rs.tiles : 0;
     }
