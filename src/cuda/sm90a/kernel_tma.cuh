@@ -273,21 +273,6 @@ __device__ __forceinline__ void make_p(float (&s)[32], float m0, float m1, float
     pk[2 * i + 1] = pack2<T>(s[4 * i + 2], s[4 * i + 3]);
   }
 }
-// P (fp32, in p) times b0 (row r0) / b1 (row r1), rounded, into a swizzled 64 x 64 P buffer.
-template <typename T>
-__device__ __forceinline__ void store_p_scaled(const float (&p)[32], float b0, float b1,
-                                               uint32_t pbuf, const RowInfo& ri, int q4) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pbuf + swizzle128(ri.r0, i) + 4 * q4),
-                 "r"(pack2<T>(p[4 * i] * b0, p[4 * i + 1] * b0))
-                 : "memory");
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pbuf + swizzle128(ri.r1, i) + 4 * q4),
-                 "r"(pack2<T>(p[4 * i + 2] * b1, p[4 * i + 3] * b1))
-                 : "memory");
-  }
-}
-
 // The A fragments in pk into a swizzled 64 x 64 P buffer.
 __device__ __forceinline__ void store_p(const uint32_t (&pk)[16], uint32_t pbuf, const RowInfo& ri,
                                         int q4) {
@@ -300,6 +285,19 @@ __device__ __forceinline__ void store_p(const uint32_t (&pk)[16], uint32_t pbuf,
                  "r"(pk[2 * i + 1])
                  : "memory");
   }
+}
+
+// P (fp32, in p) times b0 (row r0) / b1 (row r1), rounded, into a swizzled 64 x 64 P buffer.
+template <typename T>
+__device__ __forceinline__ void store_p_scaled(const float (&p)[32], float b0, float b1,
+                                               uint32_t pbuf, const RowInfo& ri, int q4) {
+  uint32_t pk[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    pk[2 * i] = pack2<T>(p[4 * i] * b0, p[4 * i + 1] * b0);
+    pk[2 * i + 1] = pack2<T>(p[4 * i + 2] * b1, p[4 * i + 3] * b1);
+  }
+  store_p(pk, pbuf, ri, q4);
 }
 
 // Q rows of the tile (zero past the request's rows), by both groups: thread q (0..255) copies unit
