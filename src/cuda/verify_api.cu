@@ -83,9 +83,9 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     const char* e = std::getenv("TREEMLA_REFINE_PCT");
     return e ? std::atoi(e) : -1;
   }();
-  kp.split_align = split_align_for(plan.family == KernelFamily::kSm90a);
-  kp.refine_pct =
-      refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(plan.family == KernelFamily::kSm90a);
+  const bool sm90a = plan.family == KernelFamily::kSm90a;
+  kp.refine_pct = refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(sm90a);
+  kp.split_align = split_align_for(sm90a);  // splits on 64-key boundaries for sm90a (even_part)
   const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);
