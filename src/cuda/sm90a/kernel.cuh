@@ -5,8 +5,11 @@
 // Grid and work items: a persistent grid, one CTA per SM; CTA c takes items c, c + grid, ... of
 // the schedule's list (next_item). An item is one row tile (kBlockM = 64 folded rows (node, head))
 // and one split of its prefix; the last split also attends the tree tail. The item's keys are
-// walked in 64-key blocks: its prefix range in order, then the tail's 32-key blocks that some row
-// of the tile can see, two to a block (each half masked with its own tree-mask word).
+// walked in 64-key blocks: first the tail's 32-key blocks that some row of the tile can see, two
+// to a block (each half masked with its own tree-mask word), then its prefix range in order. The
+// tail first: its row-by-row copies and mask loads then overlap the item's start (Q, the first
+// prefix boxes) instead of ending the split that carries it (1-4% faster at 8,128,1,32768 and
+// 1,16,16,32768 on the H200, level elsewhere; docs/verify-kernel.md).
 //
 // Warpgroups: WG0 and WG1 compute; WG2 loads. WG0 owns output columns [0, 256), WG1 [256, 512)
 // (O: 64 x 256 fp32, 128 registers a thread). Blocks go in pairs (A, B) = (2p, 2p + 1), A in
@@ -93,16 +96,17 @@ struct Item {
   int n_pfx;       // 64-key prefix blocks
   int n_tail;      // 32-key tail blocks (set bits of tail_bits)
   uint64_t tail_bits;
-  int n_blocks;  // n_pfx + ceil(n_tail / 2)
+  int n_tb;      // 64-key tail blocks, ceil(n_tail / 2): blocks [0, n_tb) are the tail's
+  int n_blocks;  // n_tb + n_pfx: blocks [n_tb, n_blocks) are prefix blocks 0 .. n_pfx - 1
 };
 
 // The key (logical row of the request) that row r (0..63) of block `it` holds, or -1.
 __device__ __forceinline__ int block_key(const Item& d, int it, int r) {
-  if (it < d.n_pfx) {
-    const int t = d.kbeg + it * 64 + r;
+  if (it >= d.n_tb) {
+    const int t = d.kbeg + (it - d.n_tb) * 64 + r;
     return t < d.kend ? t : -1;
   }
-  const int k = 2 * (it - d.n_pfx) + (r >> 5);
+  const int k = 2 * it + (r >> 5);
   if (k >= d.n_tail) return -1;
   const int t = d.rs.prefix_len + nth_set_bit(d.tail_bits, k) * 32 + (r & 31);
   return t < d.rs.prefix_len + d.rs.q_len ? t : -1;
@@ -342,8 +346,8 @@ template <bool kTailCall = false>
 __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, const RowInfo& ri,
                                        int q4) {
   uint32_t vis0[2], vis1[2];  // bit c of half h: key 32 h + c visible
-  if (it < d.n_pfx) {
-    const int valid = d.kend - (d.kbeg + it * 64);
+  if (it >= d.n_tb) {
+    const int valid = d.kend - (d.kbeg + (it - d.n_tb) * 64);
     if (valid >= 64) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -351,8 +355,8 @@ __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, co
       vis0[h] = vis1[h] = v >= 32 ? 0xffffffffu : ((1u << v) - 1u);
     }
   } else if constexpr (kTailCall) {
-    const uint4 w = tail_vis(2 * (it - d.n_pfx), d.n_tail, d.tail_bits, d.rs.q_len, ri.v0, ri.v1,
-                             ri.mrow0, ri.mrow1);
+    const uint4 w =
+        tail_vis(2 * it, d.n_tail, d.tail_bits, d.rs.q_len, ri.v0, ri.v1, ri.mrow0, ri.mrow1);
     vis0[0] = w.x;
     vis0[1] = w.y;
     vis1[0] = w.z;
@@ -360,7 +364,7 @@ __device__ __forceinline__ void mask_s(float (&s)[32], const Item& d, int it, co
   } else {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int k = 2 * (it - d.n_pfx) + h;
+      const int k = 2 * it + h;
       vis0[h] = vis1[h] = 0u;
       if (k < d.n_tail) {
         const int jb = nth_set_bit(d.tail_bits, k);
@@ -677,7 +681,8 @@ __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d,
   d.n_pfx = d.kend > d.kbeg ? (d.kend - d.kbeg + 63) / 64 : 0;
   d.tail_bits = w.tail ? tile_tail_bits(kp, d.rs, d.tile, threadIdx.x & 31) : 0;
   d.n_tail = __popcll(d.tail_bits);
-  d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + (d.n_tail + 1) / 2, 0);
+  d.n_tb = __shfl_sync(0xffffffffu, (d.n_tail + 1) / 2, 0);
+  d.n_blocks = __shfl_sync(0xffffffffu, d.n_pfx + d.n_tb, 0);
   return true;
 }
 

@@ -11,9 +11,9 @@
 //   only reader, is long done).
 // A refill is one TMA box a chunk (64 rows, or two 32-row boxes where the block's halves lie in
 // different pages) issued by the group's thread 0, which arrives on the chunk's barrier with its
-// bytes; a block whose halves are not whole runs of keys in one page (the last block of a split
-// or of the tail, pages of fewer than 32 rows, a bad page-table entry) is copied by the group's
-// 128 threads with cp.async instead, zero-filled where a row is not a key.
+// bytes; a block whose halves are not whole runs of keys in one page (the tail's blocks, which
+// come first, a split's last block, pages of fewer than 32 rows, a bad page-table entry) is
+// copied by the group's 128 threads with cp.async instead, zero-filled where a row is not a key.
 //
 // Per pair of blocks (A = it in stage 0, B = it + 1 in stage 1), entering with S_A in WG0's
 // registers and S_B in WG1's:
@@ -113,8 +113,8 @@ __device__ __forceinline__ BlockSrc block_source(const VerifyKernelParams& kp, c
   // with pages of at least 32 rows each half lies in one page); the tail's and a split's last,
   // partial block come row by row.
   BlockSrc b{-1, -1, -1, -1, false, false};
-  const int t0 = d.kbeg + it * 64;
-  if (it >= d.n_pfx || kp.p.page_size < 32 || t0 + 64 > d.kend) return b;
+  const int t0 = d.kbeg + (it - d.n_tb) * 64;
+  if (it < d.n_tb || kp.p.page_size < 32 || t0 + 64 > d.kend) return b;
   const int e0 = t0 >> kp.page_shift, e1 = (t0 + 32) >> kp.page_shift;
   if (e1 >= kp.p.page_table_stride) return b;
   const int* pt = kp.p.page_table + static_cast<int64_t>(d.b) * kp.p.page_table_stride;
