@@ -96,8 +96,8 @@ struct Item {
   int n_pfx;       // 64-key prefix blocks
   int n_tail;      // 32-key tail blocks (set bits of tail_bits)
   uint64_t tail_bits;
-  int n_tb;      // 64-key tail blocks, ceil(n_tail / 2): blocks [0, n_tb) are the tail's
   int n_blocks;  // n_tb + n_pfx: blocks [n_tb, n_blocks) are prefix blocks 0 .. n_pfx - 1
+  int n_tb;      // 64-key tail blocks, ceil(n_tail / 2): blocks [0, n_tb) are the tail's
 };
 
 // The key (logical row of the request) that row r (0..63) of block `it` holds, or -1.

@@ -50,17 +50,17 @@ enum Hand {
   kHandP0 = 2,  // WG0 gives, WG1 takes: P_A (at mB) in P0
   kHandP1 = 3,  // WG1 gives, WG0 takes: P_B in P1
 };
-// Each is an mbarrier of count 128 (Tr::kBarHand): every thread of the giving group arrives
+// Each is an mbarrier of count 128 (Tr::bar_hand): every thread of the giving group arrives
 // (release), the other group waits (acquire) for the phase of parity n & 1, n the handoff's
 // earlier phases. Named barriers (bar.arrive on the giving side, bar.sync on the other) ran at
 // the same speed, but compute-sanitizer racecheck reports hazards on the accesses they order.
 template <class Tr>
 __device__ __forceinline__ void hand_give(uint32_t smem, Hand h) {
-  mbar_arrive(smem + Tr::kBarHand + 8 * h);
+  mbar_arrive(smem + Tr::bar_hand(h));
 }
 template <class Tr>
 __device__ __forceinline__ void hand_take(uint32_t smem, Hand h, uint32_t n) {
-  mbar_wait(smem + Tr::kBarHand + 8 * h, n & 1);
+  mbar_wait(smem + Tr::bar_hand(h), n & 1);
 }
 
 // One box of a [num_pages][page_size][576] map: columns [x, x + 64), rows [y, y + box) of page z.
@@ -273,6 +273,7 @@ __device__ __forceinline__ void make_p(float (&s)[32], float m0, float m1, float
     pk[2 * i + 1] = pack2<T>(s[4 * i + 2], s[4 * i + 3]);
   }
 }
+
 // The A fragments in pk into a swizzled 64 x 64 P buffer.
 __device__ __forceinline__ void store_p(const uint32_t (&pk)[16], uint32_t pbuf, const RowInfo& ri,
                                         int q4) {
@@ -498,7 +499,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int c = 0; c < Tr::kChunks; ++c) mbar_init(smem + Tr::bar_full(st, c), 1);
     }
     mbar_init(smem + Tr::kBarQ, Tr::kThreads);
-    for (int h = 0; h < Tr::kNumHand; ++h) mbar_init(smem + Tr::kBarHand + 8 * h, 128);
+    for (int h = 0; h < Tr::kNumHand; ++h) mbar_init(smem + Tr::bar_hand(h), 128);
     fence_mbar_init();
     if (kp.p.page_size >= 32) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kp.kv_map[0]))

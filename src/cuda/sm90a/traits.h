@@ -104,6 +104,7 @@ struct Sm90aTmaTraits {
   // phase a pair of blocks; every thread of the handing group arrives.
   static constexpr int kBarHand = kBarQ + 8;
   static constexpr int kNumHand = 4;
+  static constexpr int bar_hand(int h) { return kBarHand + 8 * h; }
   static constexpr int kSmemUsed = kBarHand + 8 * kNumHand;
   static constexpr int kOutRowBytes = Sm90aTraits<T>::kOutRowBytes;
   static constexpr int kPartRowBytes = Sm90aTraits<T>::kPartRowBytes;
