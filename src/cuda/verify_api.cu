@@ -86,7 +86,8 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   const bool sm90a = plan.family == KernelFamily::kSm90a;
   kp.refine_pct = refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(sm90a);
   kp.split_align = split_align_for(sm90a);  // splits on 64-key boundaries for sm90a (even_part)
-  const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
+  const WorkspaceLayout l =
+      workspace_layout(plan.limits.max_batch, plan.partial_slots, plan.item_capacity);
   char* base = static_cast<char*>(ws);
   kp.hdr = reinterpret_cast<WorkspaceHeader*>(base + l.header);
   kp.item_base = reinterpret_cast<int*>(base + l.item_base);
@@ -94,6 +95,8 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.sched = reinterpret_cast<RequestSched*>(base + l.sched);
   kp.refine = reinterpret_cast<WorkRefine*>(base + l.refine);
   kp.groups = reinterpret_cast<CombineGroup*>(base + l.groups);
+  kp.items = reinterpret_cast<WorkItem*>(base + l.items);
+  kp.item_capacity = std::max(1, plan.item_capacity);
   kp.part_o = reinterpret_cast<float*>(base + l.part_o);
   kp.part_lse = reinterpret_cast<float*>(base + l.part_lse);
   return kp;
@@ -401,7 +404,9 @@ VerifyPlan make_verify_plan(const VerifyLimits& limits, int device, TileConfig t
   // partial slots stay at kMaxWaves per SM (128 KB each).
   const int max_waves = plan_max_waves(plan.sm_count, resident);
   plan.partial_slots = entry.pair_rows > 0 ? 2 * plan.target_items : max_waves * plan.target_items;
-  const WorkspaceLayout layout = workspace_layout(limits.max_batch, plan.partial_slots);
+  plan.item_capacity = work_item_capacity(plan.partial_slots, plan.target_items);
+  const WorkspaceLayout layout =
+      workspace_layout(limits.max_batch, plan.partial_slots, plan.item_capacity);
   plan.workspace_bytes = layout.total;
   plan.workspace_init_bytes = layout.header + sizeof(WorkspaceHeader);
   return plan;
@@ -509,7 +514,8 @@ void verify_attention(const VerifyParams& p, const VerifyPlan& plan, void* works
 
 void check_status(const VerifyPlan& plan, void* workspace, cudaStream_t stream) {
   check_workspace(plan, workspace);
-  const WorkspaceLayout l = workspace_layout(plan.limits.max_batch, plan.partial_slots);
+  const WorkspaceLayout l =
+      workspace_layout(plan.limits.max_batch, plan.partial_slots, plan.item_capacity);
   auto* hdr = reinterpret_cast<WorkspaceHeader*>(static_cast<char*>(workspace) + l.header);
   const DeviceStatus h = take_device_status(&hdr->status, stream);
   if (h.code == kStatusOk) return;

@@ -203,11 +203,14 @@ inline std::vector<GpuConfig> configs_to_test(const VerifyCase& c) {
   return configs_to_test(int64_t{case_max_q_len(c)} * c.num_heads);
 }
 
-inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg,
-                         VerifyPart part) {
+// item_capacity > 0 replaces the plan's (VerifyPlan::item_capacity: the work items the schedule
+// resolves into its table; a smaller table leaves the workspace's size as it is).
+inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg, VerifyPart part,
+                         int item_capacity = 0) {
   d.p.part = part;
   cuda::VerifyLimits lim{c.batch, std::max(1, c.total_q), c.num_heads, case_max_q_len(c)};
-  const cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
+  cuda::VerifyPlan plan = cuda::make_verify_plan(lim, -1, cfg.tile, cfg.family);
+  if (item_capacity > 0) plan.item_capacity = std::min(item_capacity, plan.item_capacity);
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
   TREEMLA_CUDA_CHECK(cudaMemset(ws.ptr, 0xa5, plan.workspace_bytes));  // garbage but the header
   cuda::init_workspace(plan, ws.ptr, 0);
@@ -260,7 +263,7 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
   cuda::verify_schedule(d.p, plan, ws, 0);
   cuda::check_status(plan, ws, 0);
   const cuda::WorkspaceLayout layout =
-      cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
+      cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots, plan.item_capacity);
   const auto* base = static_cast<const uint8_t*>(ws);
   std::vector<cuda::RequestSched> sched(static_cast<size_t>(d.p.batch));
   TREEMLA_CUDA_CHECK(cudaMemcpy(sched.data(), base + layout.sched,
@@ -297,7 +300,7 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
 }
 
 // The combine groups the schedule kernel writes (CombineGroup, read by the combine kernel) against
-// the work items' partial slots, computed here as the main kernels do (work_item,
+// the work items' partial slots, computed here as the schedule kernel does (resolve_work_item,
 // verify_device.cuh): every slot an item writes is slot f < n of exactly one group, that group is
 // the item's request and row tile, and it carries the request's rows; no group has a slot no item
 // writes. A group with n = 0 (a refined item of a request with several splits) is merged with its
@@ -355,6 +358,56 @@ inline void expect_groups_cover_partials(const uint8_t* ws, const cuda::Workspac
     }
   }
   EXPECT_EQ(covered, writer.size()) << "partials that no group merges, or merged twice";
+}
+
+// The work-item table the schedule kernel writes (WorkItem, verify_kernel_params.h; what the main
+// kernels read, fetch_item in verify_device.cuh) against the items computed here from the
+// schedule's entries as expect_groups_cover_partials does: for every item the table holds
+// (min(num_items, capacity)), its request, row tile, prefix blocks, tree-tail flag, partial slot
+// and request entry. with_tail: the call attends the tree tail (its VerifyPart is not kPrefix).
+inline void expect_item_table(const uint8_t* ws, const cuda::WorkspaceLayout& layout,
+                              const cuda::WorkspaceHeader& hdr, const cuda::WorkRefine& rf,
+                              const std::vector<cuda::RequestSched>& sched, int capacity,
+                              bool with_tail) {
+  const int batch = static_cast<int>(sched.size());
+  std::vector<int> item_base(static_cast<size_t>(batch) + 1);
+  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), ws + layout.item_base,
+                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  const int n = std::min(hdr.num_items, capacity);
+  std::vector<cuda::WorkItem> table(static_cast<size_t>(std::max(n, 0)));
+  TREEMLA_CUDA_CHECK(cudaMemcpy(table.data(), ws + layout.items,
+                                table.size() * sizeof(cuda::WorkItem), cudaMemcpyDeviceToHost));
+  const bool refined = hdr.refine_first < hdr.num_items;
+  const int q = refined ? std::max(rf.q, 1) : 1;
+  for (int item = 0; item < n; ++item) {
+    const bool piece = refined && item >= rf.first;
+    const int at = piece ? rf.first + (item - rf.first) / q : item;
+    const int k = piece ? (item - rf.first) - (at - rf.first) * q : 0;
+    const int b = request_of_item(item_base, at);
+    ASSERT_GE(b, 0);
+    const cuda::RequestSched& rs = sched[static_cast<size_t>(b)];
+    const int local = at - item_base[static_cast<size_t>(b)];
+    const int tile = local % rs.tiles, index = local / rs.tiles;
+    int b0, e0, k0, k1;
+    cuda::even_part(rs.pblocks, index, rs.splits, rs.align, b0, e0);
+    cuda::even_part(e0 - b0, k, piece ? q : 1, rs.align, k0, k1);
+    int64_t slot = -1;
+    if (piece)
+      slot = int64_t{rf.extra_base} + (item - rf.first);
+    else if (rs.splits > 1)
+      slot = rs.part_base + int64_t{index} * rs.tiles + tile;
+    const bool tail =
+        with_tail && rs.q_len > 0 && index == rs.splits - 1 && k == (piece ? q : 1) - 1;
+    const cuda::WorkItem& w = table[static_cast<size_t>(item)];
+    SCOPED_TRACE("work item " + std::to_string(item));
+    EXPECT_EQ(w.b, b);
+    EXPECT_EQ(w.tile, tile);
+    EXPECT_EQ(w.pb_begin, b0 + k0);
+    EXPECT_EQ(w.pb_end, b0 + k1);
+    EXPECT_EQ(w.tail != 0, tail);
+    EXPECT_EQ(w.slot, slot);
+    EXPECT_EQ(std::memcmp(&w.rs, &rs, sizeof(rs)), 0) << "its request's schedule entry";
+  }
 }
 
 }  // namespace treemla::test

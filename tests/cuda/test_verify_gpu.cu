@@ -14,13 +14,15 @@
 namespace treemla::test {
 namespace {
 
-void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPart::kAll) {
+// item_capacity > 0: the plan's work-item table that small (run_gpu).
+void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPart::kAll,
+                int item_capacity = 0) {
   VerifyCase c(spec, seed);
   const CpuResult ref = run_reference(c, part);
   DeviceCase d(c);
   for (const GpuConfig& cfg : configs_to_test(c)) {
     SCOPED_TRACE(cfg.name() + " part=" + part_name(part));
-    const GpuResult g = run_gpu(d, c, cfg, part);
+    const GpuResult g = run_gpu(d, c, cfg, part, item_capacity);
     EXPECT_TRUE(matches(g, ref, c));
   }
 }
@@ -104,6 +106,19 @@ TEST(VerifyGpu, RaggedBatch) {
   s.dtype = DType::kFP16;
   s.page_size = 1;
   check_case(s, 801);
+}
+
+// Work items past the schedule's item table (VerifyPlan::item_capacity) are looked up from the
+// schedule's entries, item by item (fetch_item). A table of one item sends every other item of
+// every family that way: a ragged batch with split prefixes and the tree tail, and q_len = 1
+// requests whose split prefixes the decode family runs.
+TEST(VerifyGpu, ItemsPastTheItemTable) {
+  REQUIRE_GPU();
+  CaseSpec s = make_spec(1, 8, 1, 0, 16);
+  s.q_lens = {65, 1, 16, 130, 7, 1};
+  s.prefix_lens = {3000, 0, 17, 999, 40000, 1};
+  check_case(s, 850, VerifyPart::kAll, 1);
+  check_case(make_spec(4, 16, 1, 30000, 64), 851, VerifyPart::kAll, 1);
 }
 
 TEST(VerifyGpu, LongPrefixSplitsAcrossManyCtas) {
@@ -542,7 +557,7 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
       cuda::verify_schedule(p, plan, ws.ptr, 0);
       cuda::check_status(plan, ws.ptr, 0);
       const cuda::WorkspaceLayout layout =
-          cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots);
+          cuda::workspace_layout(plan.limits.max_batch, plan.partial_slots, plan.item_capacity);
       std::vector<cuda::RequestSched> sched(static_cast<size_t>(s.batch));
       cuda::WorkspaceHeader hdr{};
       cuda::WorkRefine rf{};
@@ -567,6 +582,8 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
         EXPECT_EQ(rf.q, m.refine_q);
       }
       expect_groups_cover_partials(ws.ptr, layout, hdr, rf, sched);
+      expect_item_table(ws.ptr, layout, hdr, rf, sched, plan.item_capacity,
+                        p.part != VerifyPart::kPrefix);
     }
   }
 }

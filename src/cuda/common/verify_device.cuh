@@ -99,38 +99,13 @@ __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& 
   even_part(rs.pblocks, s, rs.splits, rs.align, begin, end);
 }
 
-// What a main-kernel family needs of work item `item` (0 .. hdr->num_items - 1): request, row
-// tile, its prefix blocks [pb_begin, pb_end) (32 rows each, within the request's pblocks; the
-// last may end past prefix_len), whether it also attends the tree tail, and
-// where it writes: slot -1 is the final O and LSE (the item is the tile's only one), else the
-// partial slot. Items before refine.first are one split of (request, tile); a piece of the
-// refined last wave (WorkRefine) is piece k of q of such a split: the split's blocks cut into q
-// near-equal ranges, the tail with the last.
-struct WorkItem {
-  int b, tile;
-  int pb_begin, pb_end;
-  bool tail;
-  int64_t slot;
-  RequestSched rs;  // request b's schedule entry (kp.sched[b])
-};
-// The work list's size and where its refined pieces start (WorkspaceHeader), in one 16-byte load
-// of the header's first row: a main kernel needs both before its first item.
-struct ListCounts {
-  int num_items, refine_first;
-};
-__device__ __forceinline__ ListCounts list_counts(const WorkspaceHeader* hdr) {
-  static_assert(
-      offsetof(WorkspaceHeader, num_items) == 4 && offsetof(WorkspaceHeader, refine_first) == 12,
-      "the header's first 16 bytes: counter, num_items, num_groups, refine_first");
-  const int4 v = *reinterpret_cast<const int4*>(hdr);
-  return ListCounts{v.y, v.w};
-}
-
-// `first`: the header's refine_first (list_counts). Whether the item is a piece is known from it,
-// so a plain item's lookups do not wait for the refinement's load: a work item's start is on the
-// kernel's critical path, and each level of dependent loads is an L2 round trip. Only a piece
+// Work item `item` resolved from the schedule's entries (item_base, sched, refine): what the
+// schedule kernel writes into the item table (schedule.cu), and how a main kernel looks up an item
+// past the table. `first`: the header's refine_first. Whether the item is a piece is
+// known from it, so a plain item's lookups do not wait for the refinement's load. Only a piece
 // (the last wave) loads the refinement before it looks up its item.
-__device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int item, int first) {
+__device__ __forceinline__ WorkItem resolve_work_item(const VerifyKernelParams& kp, int item,
+                                                      int first) {
   int k = 0, q = 1, at = item;
   int64_t piece_slot = -1;
   const bool piece = item >= first;
@@ -153,11 +128,61 @@ __device__ __forceinline__ WorkItem work_item(const VerifyKernelParams& kp, int 
   even_part(e0 - b0, k, q, rs.align, k0, k1);  // b0 is a multiple of rs.align: the pieces too
   w.pb_begin = b0 + k0;
   w.pb_end = b0 + k1;
-  w.tail = split_has_tail(kp, rs, pos.index) && k == q - 1;
+  w.tail = split_has_tail(kp, rs, pos.index) && k == q - 1 ? 1 : 0;
   w.slot = piece           ? piece_slot
            : rs.splits > 1 ? rs.part_base + static_cast<int64_t>(pos.index) * rs.tiles + pos.tile
                            : -1;
   return w;
+}
+
+// Work item `item` into w, or false past the end of the work list: the header's counts, then the
+// item's record in the schedule's table (schedule.cu): two L2 round trips, where the lookup from
+// the schedule's entries is a chain of log2(batch) + 2 (the header, a binary search of item_base,
+// the request's entry). Items past the table
+// (VerifyKernelParams::item_capacity) take the chain. The loads are ordinary ones from a
+// warp-uniform address, so the compiler keeps the record's fields in uniform registers.
+__device__ __forceinline__ bool fetch_item(const VerifyKernelParams& kp, int item, WorkItem& w) {
+  const int4 h = *reinterpret_cast<const int4*>(kp.hdr);
+  if (item >= h.y) return false;  // num_items
+  if (item < kp.item_capacity) {
+    w = kp.items[item];
+  } else {
+    w = resolve_work_item(kp, item, h.w);  // refine_first
+  }
+  return true;
+}
+
+// fetch_item in one round trip: the record and the header's counts are loaded together, before
+// either is used. The loads are volatile asm so that the compiler issues them here, in this
+// order, rather than sinking the record's past the count's test (it did). The price: asm results
+// are not known to be warp-uniform, so the record's fields take vector registers. In the sm90a
+// family that costs nothing and the round trip saves 1-3% (docs/verify-kernel.md, "The item
+// table"); in warpspec, decode and cpasync it spilled registers, and warpspec ran 7-10% slower.
+__device__ __forceinline__ int4 ld_v4_issue_now(const void* p) {
+  int4 v;
+  asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ bool fetch_item_issue_now(const VerifyKernelParams& kp, int item,
+                                                     WorkItem& w) {
+  static_assert(
+      offsetof(WorkspaceHeader, num_items) == 4 && offsetof(WorkspaceHeader, refine_first) == 12,
+      "the header's first 16 bytes: counter, num_items, num_groups, refine_first");
+  static_assert(sizeof(WorkItem) == 4 * sizeof(int4), "a record is four 16-byte loads");
+  const int4* rp = reinterpret_cast<const int4*>(kp.items + min(item, kp.item_capacity - 1));
+  int4 r[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = ld_v4_issue_now(rp + i);
+  const int4 h = ld_v4_issue_now(kp.hdr);
+  if (item >= h.y) return false;  // num_items
+  if (item < kp.item_capacity) {
+    memcpy(&w, r, sizeof(w));
+  } else {
+    w = resolve_work_item(kp, item, h.w);  // refine_first
+  }
+  return true;
 }
 
 // 32-key block `it` of a work item whose prefix blocks are [pb_begin, pb_begin + n_pb) and whose
@@ -215,9 +240,8 @@ struct HalfItem {
   uint64_t tail_bits;
   int64_t slot;
 };
-__device__ __forceinline__ HalfItem half_item_at(const VerifyKernelParams& kp, int item,
-                                                 int refine_first, int lane, int max_rows) {
-  const WorkItem w = work_item(kp, item, refine_first);
+__device__ __forceinline__ HalfItem half_item(const VerifyKernelParams& kp, const WorkItem& w,
+                                              int lane, int max_rows) {
   const RequestSched& rs = w.rs;
   HalfItem it;
   it.b = w.b;

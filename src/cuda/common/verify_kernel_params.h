@@ -80,6 +80,35 @@ TREEMLA_SCHED_HD long long group_slot(const CombineGroup& g, int f) {
          (f - g.s0 - j * g.q);
 }
 
+// What a main-kernel family needs of work item `item` (0 .. hdr->num_items - 1): request, row
+// tile, its prefix blocks [pb_begin, pb_end) (32 rows each, within the request's pblocks; the
+// last may end past prefix_len), whether it also attends the tree tail (tail != 0), and where it
+// writes: slot -1 is the final O and LSE (the item is the tile's only one), else the partial
+// slot. Items before refine.first are one split of (request, tile); a piece of the refined last
+// wave (WorkRefine) is piece k of q of such a split: the split's blocks cut into q near-equal
+// ranges, the tail with the last. The schedule kernel resolves the first
+// VerifyKernelParams::item_capacity items into a table (schedule.cu), so that a main kernel reads
+// its item right after the header's count, or beside it (fetch_item_issue_now), instead of
+// through a chain of dependent lookups (item_base by binary search, sched, refine); fetch_item
+// (verify_device.cuh) resolves any item past the table the long way.
+struct alignas(16) WorkItem {
+  RequestSched rs;  // request b's schedule entry (kp.sched[b])
+  int b, tile;
+  int pb_begin, pb_end;
+  int tail;
+  long long slot;
+};
+static_assert(sizeof(RequestSched) == 36 && sizeof(WorkItem) == 64,
+              "one work item: four 16-byte loads");
+
+// Work items the table holds (VerifyPlan::item_capacity): every item of a call whose items fill
+// at most max_waves + 2 grids (the splits' waves, a refined last wave, and requests of one split
+// beyond them), i.e. the partial slots plus two grids; a call with more items (many short
+// requests, each a single split) looks the rest up item by item.
+inline int work_item_capacity(int partial_slots, int target_items) {
+  return partial_slots + 2 * target_items;
+}
+
 // A TMA tensor map (the driver's CUtensorMap: 128 bytes, 64-byte aligned), encoded on the host.
 struct alignas(64) TmaMap {
   unsigned long long opaque[16];
@@ -120,6 +149,8 @@ struct VerifyKernelParams {
   RequestSched* sched;   // [batch]
   WorkRefine* refine;    // the refined last wave
   CombineGroup* groups;  // [partial_slots]: the call's combine groups (hdr->num_groups of them)
+  WorkItem* items;       // [item_capacity]: work items 0 .. min(num_items, item_capacity) - 1
+  int item_capacity;     // VerifyPlan::item_capacity, at least 1
   float* part_o;         // [partial_slots, kBlockM, 512] normalized partial outputs
   float* part_lse;       // [partial_slots, kBlockM] log2-domain LSE of each partial
   // The sm90a TMA kernel's maps over the cache (verify_api.cu, encoded only for it): dimensions
@@ -130,12 +161,12 @@ struct VerifyKernelParams {
 
 // Workspace layout, computed identically on host and device.
 struct WorkspaceLayout {
-  size_t header, item_base, group_base, sched, refine, groups, part_o, part_lse, total;
+  size_t header, item_base, group_base, sched, refine, groups, items, part_o, part_lse, total;
 };
 
 inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots) {
+inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots, int item_capacity) {
   WorkspaceLayout l{};
   size_t off = 0;
   l.header = off;
@@ -150,6 +181,8 @@ inline WorkspaceLayout workspace_layout(int max_batch, int partial_slots) {
   off = align_up(off + sizeof(WorkRefine), 256);
   l.groups = off;  // groups <= partial slots: each has two or more
   off = align_up(off + sizeof(CombineGroup) * size_t(partial_slots), 256);
+  l.items = off;
+  off = align_up(off + sizeof(WorkItem) * size_t(item_capacity > 1 ? item_capacity : 1), 256);
   l.part_o = off;
   off = align_up(off + sizeof(float) * size_t(partial_slots) * kBlockM * kHeadDimV, 256);
   l.part_lse = off;

@@ -132,7 +132,8 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, c
   const int rg = warp >> 1, half = warp & 1;  // a row group's two halves sit on two schedulers
   const int g = lane >> 2, q4 = lane & 3;
 
-  // Loaded here rather than held from work_item: w.rs kept live through the main loop spills.
+  // Loaded here rather than held from fetch_item's record: w.rs kept live through the main loop
+  // spills.
   const RequestSched rs = kp.sched[b];
   const int H = kp.p.num_heads;
   const int rows = rs.q_len * H;
@@ -406,10 +407,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (;;) {
       if (threadIdx.x == 0) s_item = atomicAdd(&kp.hdr->counter, 1);
       __syncthreads();
-      const int item = s_item;
-      const ListCounts lc = list_counts(kp.hdr);
-      if (item >= lc.num_items) break;
-      const WorkItem w = work_item(kp, item, lc.refine_first);
+      WorkItem w;
+      if (!fetch_item(kp, s_item, w)) break;
       if (w.rs.q_len * kp.p.num_heads - w.tile * kBlockM <= 16) {
         verify_item<T, Tr, true>(kp, smem, w);
       } else {

@@ -130,10 +130,9 @@ __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) 
   const T* kv = static_cast<const T*>(kp.p.kv_cache);
   const bool bulk = use_bulk(kp);
   uint32_t blk = 0;  // 16-key blocks this CTA has run, across items (the ring's position)
-  const ListCounts lc = list_counts(kp.hdr);
-  const int num_items = lc.num_items;
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const HalfItem it = half_item_at(kp, item, lc.refine_first, lane, kDecodeRows);
+  WorkItem w;
+  for (int item = blockIdx.x; fetch_item(kp, item, w); item += gridDim.x) {
+    const HalfItem it = half_item(kp, w, lane, kDecodeRows);
     if (tile_too_long(kp, it)) continue;
     int page = it.n_blocks > 0 ? row_entry(kp, it, 0, lane) : -1;
     for (int h = 0; h < it.n_blocks; ++h, ++blk) {
@@ -199,10 +198,9 @@ __device__ void compute_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
 
   constexpr int kOT = Tr::kOTiles;
   uint32_t blk = 0;
-  const ListCounts lc = list_counts(kp.hdr);
-  const int num_items = lc.num_items;
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const HalfItem it = half_item_at(kp, item, lc.refine_first, lane, kDecodeRows);
+  WorkItem w;
+  for (int item = blockIdx.x; fetch_item(kp, item, w); item += gridDim.x) {
+    const HalfItem it = half_item(kp, w, lane, kDecodeRows);
     const RequestSched& rs = kp.sched[it.b];
     if (tile_too_long(kp, it)) {
       if (threadIdx.x == 0) record_status(kp.hdr, kStatusQLen, it.b, rs.q_len, kDecodeRows / H);

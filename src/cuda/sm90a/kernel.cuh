@@ -665,10 +665,8 @@ __device__ void compute_item(const VerifyKernelParams& kp, const Item& d, uint32
 // shared memory cost a barrier at every item start, or, through mbarriers, 2-8% of the whole
 // kernel by shape: docs/verify-kernel.md).
 __device__ __forceinline__ bool next_item(const VerifyKernelParams& kp, Item& d, uint32_t n) {
-  const int item = static_cast<int>(blockIdx.x + n * gridDim.x);
-  const ListCounts lc = list_counts(kp.hdr);
-  if (item >= lc.num_items) return false;
-  const WorkItem w = work_item(kp, item, lc.refine_first);
+  WorkItem w;
+  if (!fetch_item_issue_now(kp, static_cast<int>(blockIdx.x + n * gridDim.x), w)) return false;
   d.b = w.b;
   d.rs = w.rs;
   d.tile = w.tile;

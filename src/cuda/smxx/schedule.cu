@@ -119,6 +119,7 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
   __shared__ int s_refine_q;    // its last wave's pieces an item (1: not refined)
   __shared__ WorkRefine s_rf;   // the refinement, the group count and whether it cuts any item,
   __shared__ int s_num_groups;  // as written to kp.refine and the header
+  __shared__ int s_num_items;
   __shared__ bool s_refined;
   // The main kernel may start launching now; it waits for this kernel's completion (pdl_wait)
   // before it reads the work list.
@@ -313,10 +314,19 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
     kp.hdr->counter = 0;
     s_rf = rf;
     s_num_groups = groups;
+    s_num_items = items;
     s_refined = rf.first < items;
   }
   __syncthreads();  // the requests' entries, the bases, the refinement and the header
   write_combine_groups(kp, batch, s_num_groups, s_refined, s_rf);
+  // The item table (WorkItem, verify_kernel_params.h): each item resolved once here, so that a
+  // main kernel reads it without the lookups (fetch_item). Pair-mode items (the cluster family,
+  // which looks its items up itself) are not in it.
+  if (kp.pair_rows == 0) {
+    const int n = min(s_num_items, kp.item_capacity);
+    for (int i = threadIdx.x; i < n; i += kSchedThreads)
+      kp.items[i] = resolve_work_item(kp, i, s_rf.first);
+  }
 }
 
 }  // namespace

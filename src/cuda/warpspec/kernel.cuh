@@ -106,7 +106,7 @@ struct Smem {
 };
 
 // What both roles know of a work item is a HalfItem (verify_device.cuh): request, row tile,
-// split, and its 16-key blocks. half_item_at is a warp collective: every warp calls it.
+// split, and its 16-key blocks. half_item is a warp collective: every warp calls it.
 // The 16-key blocks of an item, without a search per block. Blocks are numbered by the CTA's
 // block count pos (the ring position), which is even at the start of every item (items have an
 // even number of blocks): block pos < tail_pos is half pos % 2 of a prefix block of the split,
@@ -188,10 +188,9 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
       (((mat >> 1) * 8 + (lane & 7)) * Tr::kRowStride + 288 * kh + (mat & 1) * 8) * 2;
   uint32_t blk = 0;  // 16-key blocks this CTA has run, across items (the ring's position)
   uint32_t n_item = 0;
-  const ListCounts lc = list_counts(kp.hdr);
-  const int num_items = lc.num_items;
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
-    const HalfItem it = half_item_at(kp, item, lc.refine_first, lane, kBlockM);
+  WorkItem w;
+  for (int item = blockIdx.x; fetch_item(kp, item, w); item += gridDim.x, ++n_item) {
+    const HalfItem it = half_item(kp, w, lane, kBlockM);
     const RequestSched& rs = kp.sched[it.b];
     const int64_t qrow0 = static_cast<int64_t>(rs.q_start) * H + it.tile * kBlockM + 32 * rg;
 
@@ -432,10 +431,9 @@ __device__ void out_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
   float o[2][16][4];
   uint32_t blk = 0;
   uint32_t n_item = 0;
-  const ListCounts lc = list_counts(kp.hdr);
-  const int num_items = lc.num_items;
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x, ++n_item) {
-    const HalfItem it = half_item_at(kp, item, lc.refine_first, lane, kBlockM);
+  WorkItem w;
+  for (int item = blockIdx.x; fetch_item(kp, item, w); item += gridDim.x, ++n_item) {
+    const HalfItem it = half_item(kp, w, lane, kBlockM);
     const int n_blocks = it.n_blocks;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)

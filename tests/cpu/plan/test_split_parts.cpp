@@ -1,9 +1,9 @@
 // How the schedule cuts a request's prefix blocks into splits and a split into refined pieces
 // (cuda::even_part, src/cuda/common/schedule_model.h; the schedule kernel and every main kernel
-// use it through split_range / work_item): contiguous non-empty parts that cover the range, inner
-// boundaries on multiples of the family's alignment, near-equal sizes, and with alignment 1 the
-// plain cut k len / n. The GPU suite's VerifyOracle tests place data at the boundaries the device
-// schedule makes (tests/cuda/gpu_case.h, schedule_boundaries).
+// use it through split_range / resolve_work_item): contiguous non-empty parts that cover the range,
+// inner boundaries on multiples of the family's alignment, near-equal sizes, and with alignment 1
+// the plain cut k len / n. The GPU suite's VerifyOracle tests place data at the boundaries the
+// device schedule makes (tests/cuda/gpu_case.h, schedule_boundaries).
 #include <gtest/gtest.h>
 
 #include <algorithm>
