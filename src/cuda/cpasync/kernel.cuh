@@ -132,8 +132,7 @@ __device__ void verify_item(const VerifyKernelParams& kp, unsigned char* smem, c
   const int rg = warp >> 1, half = warp & 1;  // a row group's two halves sit on two schedulers
   const int g = lane >> 2, q4 = lane & 3;
 
-  // Loaded here rather than held from fetch_item's record: w.rs kept live through the main loop
-  // spills.
+  // Loaded here rather than held from the work item: w.rs kept live through the main loop spills.
   const RequestSched rs = kp.sched[b];
   const int H = kp.p.num_heads;
   const int rows = rs.q_len * H;
@@ -407,8 +406,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (;;) {
       if (threadIdx.x == 0) s_item = atomicAdd(&kp.hdr->counter, 1);
       __syncthreads();
-      WorkItem w;
-      if (!fetch_item(kp, s_item, w)) break;
+      const int item = s_item;
+      const int4 h = *reinterpret_cast<const int4*>(kp.hdr);  // WorkspaceHeader's first row
+      if (item >= h.y) break;                                 // num_items
+      // The lookup from the schedule's entries rather than the item table (fetch_item): with the
+      // table this 255-register kernel ran 7-9% slower in its large configuration at the
+      // compute-bound shapes on the H200 (3-5% faster at 99 KB; docs/verify-kernel.md, "The
+      // item table"). A dynamic item's lookup also overlaps the previous item's stores.
+      const WorkItem w = resolve_work_item(kp, item, h.w);  // refine_first
       if (w.rs.q_len * kp.p.num_heads - w.tile * kBlockM <= 16) {
         verify_item<T, Tr, true>(kp, smem, w);
       } else {
