@@ -81,8 +81,8 @@ struct VerifyPlan {
   int target_items = 0;   // work items the schedule aims for (one per CTA or CTA pair)
   int partial_slots = 0;  // capacity for split partial states
   // Work items the schedule resolves into the workspace's item table, so that a main kernel reads
-  // its item in one round trip; a call with more items looks the rest up item by item (correct,
-  // slower): partial_slots + 2 x target_items.
+  // its item without a chain of lookups; a call with more items looks the rest up item by item
+  // (correct, slower): partial_slots + 2 x target_items.
   int item_capacity = 0;
   // About 8 x num_ctas x 128 KB (the partial states of up to 8 waves of split work items, see
   // the schedule), e.g. 138 MB for 132 SMs; allocate once per plan and reuse it across layers.
