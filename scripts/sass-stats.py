@@ -5,16 +5,22 @@ stack, a digest of the SASS without addresses, and each loop that issues tensor 
 operations). No GPU needed; it reads the binary with cuobjdump.
 
     scripts/sass-stats.py build/treemla [--kernel REGEX] [--arch sm_90a] [--against OTHER]
+    scripts/sass-stats.py build/treemla --resources > tests/kernel_resources.json
+    scripts/sass-stats.py build/treemla --check-resources tests/kernel_resources.json
 
 --against prints the same rows for a second build beside the first (a kernel change's effect on
 the code, before any GPU time is spent on it); two builds whose digests match run the same
-instructions. docs/gpu-check.md ("Reading a kernel's SASS") says what the columns have told us.
+instructions. --resources prints every kernel's registers and stack, every architecture, as
+JSON; --check-resources compares a build with such a file (tests/kernel_resources.json, which
+the tests check CI's build against) and names each kernel that uses more registers or stack, is
+new, or is gone. docs/gpu-check.md ("Reading a kernel's SASS") says what the columns have told us.
 cuobjdump comes with the CUDA toolkit; where the toolkit lacks it, `pip install
 nvidia-cuda-cuobjdump` provides one, which this script finds in the Python environment.
 """
 import argparse
 import glob
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -165,6 +171,7 @@ def short(name):
     """A demangled kernel name without its namespaces, return type and parameter list, template
     arguments kept: `treemla::cuda::warpspec::warpspec_main_kernel<__nv_bfloat16, ...>`."""
     name = re.sub(r"^void ", "", name)
+    name = re.sub(r"\(anonymous namespace\)::", "", name)  # before the cut: not a parameter list
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # drop the parameter list: the last '(' at template depth 0
         if ch == "<":
@@ -174,7 +181,6 @@ def short(name):
         elif ch == "(" and depth == 0:
             cut = i
     name = name[:cut]
-    name = re.sub(r"\(anonymous namespace\)::", "", name)
     return re.sub(r"treemla::cuda::|treemla::", "", name)
 
 
@@ -193,6 +199,62 @@ def collect(cuobjdump, binary, kernel_re, arch_re):
                                     stack=r.get("STACK"), digest=digest(instrs),
                                     loops=loops(instrs))
     return rows
+
+
+def resources(cuobjdump, binary):
+    """{arch: {kernel: {"reg": n, "stack": n}}} for every function of every architecture in the
+    binary (`cuobjdump -res-usage`), kernels named as `short` names them. Where two functions
+    get one short name (template arguments that differ only in namespaces), the larger figures."""
+    res = parse_res_usage(run(cuobjdump, "-res-usage", binary))
+    names = demangle(sorted({n for _, n in res}))
+    out = {}
+    for (arch, name), r in res.items():
+        k = short(names.get(name, name))
+        cur = out.setdefault(arch, {}).get(k, {"reg": 0, "stack": 0})
+        out[arch][k] = {"reg": max(cur["reg"], r.get("REG", 0)),
+                        "stack": max(cur["stack"], r.get("STACK", 0))}
+    return out
+
+
+def build_nvcc(binary):
+    """The CUDA compiler version of the CMake build the binary is in (its build directory's
+    CMakeFiles/<cmake version>/CMakeCUDACompiler.cmake), or None."""
+    here = os.path.dirname(os.path.abspath(binary))
+    for d in (here, os.path.dirname(here)):
+        for f in sorted(glob.glob(os.path.join(d, "CMakeFiles", "*", "CMakeCUDACompiler.cmake"))):
+            with open(f) as fh:
+                m = re.search(r'set\(CMAKE_CUDA_COMPILER_VERSION "([^"]+)"\)', fh.read())
+            if m:
+                return m.group(1)
+    return None
+
+
+def check_resources(found, budget, all_archs):
+    """Lines naming what breaks the budget ({arch: {kernel: {"reg", "stack"}}}): a kernel with
+    more registers or stack than recorded, a kernel not recorded, a recorded kernel not built.
+    Architectures the build lacks are not compared, unless all_archs (then each is a line)."""
+    lines = []
+    for arch in sorted(set(budget) | set(found)):
+        if arch not in found:
+            if all_archs:
+                lines.append(f"{arch}: recorded, not in the build")
+            continue
+        if arch not in budget:
+            lines.append(f"{arch}: in the build, not recorded")
+            continue
+        have, want = found[arch], budget[arch]
+        for k in sorted(set(have) | set(want)):
+            if k not in want:
+                lines.append(f"{arch} {k}: not recorded (REG {have[k]['reg']}, STACK "
+                             f"{have[k]['stack']})")
+            elif k not in have:
+                lines.append(f"{arch} {k}: recorded, not in the build")
+            else:
+                for field in ("reg", "stack"):
+                    if have[k][field] > want[k][field]:
+                        lines.append(f"{arch} {k}: {field.upper()} {have[k][field]} > "
+                                     f"{want[k][field]} recorded")
+    return lines
 
 
 def loop_cell(lp):
@@ -226,13 +288,35 @@ def main():
     ap.add_argument("--against", help="a second build, printed row by row beside the first")
     ap.add_argument("--loops", type=int, default=3, help="loops shown per kernel (default: 3)")
     ap.add_argument("--cuobjdump", help="the cuobjdump to run")
+    ap.add_argument("--resources", action="store_true",
+                    help="print every kernel's registers and stack (every architecture) as JSON")
+    ap.add_argument("--check-resources", metavar="JSON",
+                    help="compare with a --resources file; exit 1 naming each kernel over it")
     a = ap.parse_args()
     if a.loops < 1:
         ap.error(f"--loops = {a.loops} must be at least 1")
     for path in filter(None, (a.binary, a.against)):
         if not os.path.isfile(path):
             ap.error(f"{path}: no such file")
+    if a.check_resources and not os.path.isfile(a.check_resources):
+        ap.error(f"--check-resources {a.check_resources}: no such file")
     tool = find_cuobjdump(a.cuobjdump)
+    if a.resources:
+        json.dump({"nvcc": build_nvcc(a.binary), "kernels": resources(tool, a.binary)}, sys.stdout,
+                  indent=1, sort_keys=True)
+        print()
+        return
+    if a.check_resources:
+        with open(a.check_resources) as f:
+            budget = json.load(f)
+        nvcc = build_nvcc(a.binary)
+        if nvcc != budget.get("nvcc"):
+            print(f"note: {a.check_resources} was recorded with nvcc {budget.get('nvcc')}, "
+                  f"{a.binary} was built with {nvcc}")
+        lines = check_resources(resources(tool, a.binary), budget["kernels"], all_archs=False)
+        for line in lines:
+            print(line)
+        sys.exit(1 if lines else 0)
     rows = collect(tool, a.binary, a.kernel, a.arch)
     other = collect(tool, a.against, a.kernel, a.arch) if a.against else None
     if not rows and not other:

@@ -41,7 +41,10 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q torch==2.11.0
   fi
 fi
-"$PY" -m pip install -q pytest ninja "setuptools>=70.1,<82" "matplotlib>=3.6"
+# nvidia-cuda-cuobjdump (290 KB): scripts/sass-stats.py reads the build's kernels with it, and a
+# test holds them to tests/kernel_resources.json (the toolkit in /usr/local/cuda may lack it).
+"$PY" -m pip install -q pytest ninja "setuptools>=70.1,<82" "matplotlib>=3.6" \
+  nvidia-cuda-cuobjdump==13.5.37
 
 build_cuda=${TREEMLA_BUILD_CUDA:-auto}
 [ "${TREEMLA_REQUIRE_CUDA:-0}" = 1 ] && build_cuda=1

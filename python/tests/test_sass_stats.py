@@ -1,8 +1,11 @@
 """scripts/sass-stats.py reads cuobjdump's listings: functions per architecture, backward-branch
 loops that hold tensor instructions and their spill loads and stores, register and stack use, the
 .text size, and a digest that ignores addresses. Checked on small listings written here in
-cuobjdump's format, and on a real build when one and a cuobjdump are at hand."""
+cuobjdump's format, and on a real build when one and a cuobjdump are at hand. CI's build (every
+architecture) is held to the registers and stack recorded in tests/kernel_resources.json."""
 
+import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -119,3 +122,52 @@ def test_a_real_build(sass_stats):
     (row,) = rows.values()
     assert row["bytes"] and row["reg"] and row["loops"]
     assert any(lp["HMMA"] for lp in row["loops"])
+
+
+def test_check_resources_names_what_breaks_the_budget(sass_stats):
+    budget = {"sm_90a": {"k1": {"reg": 168, "stack": 16}, "k2": {"reg": 40, "stack": 0}},
+              "sm_80": {"k1": {"reg": 255, "stack": 32}}}
+    same = {"sm_90a": {"k1": {"reg": 168, "stack": 16}, "k2": {"reg": 40, "stack": 0}}}
+    assert sass_stats.check_resources(same, budget, all_archs=False) == []
+    assert sass_stats.check_resources(same, budget, all_archs=True) == [
+        "sm_80: recorded, not in the build"]
+    less = {"sm_90a": {"k1": {"reg": 160, "stack": 8}, "k2": {"reg": 40, "stack": 0}}}
+    assert sass_stats.check_resources(less, budget, all_archs=False) == []
+    more = {"sm_90a": {"k1": {"reg": 168, "stack": 24}, "k3": {"reg": 30, "stack": 0}}}
+    assert sass_stats.check_resources(more, budget, all_archs=False) == [
+        "sm_90a k1: STACK 24 > 16 recorded",
+        "sm_90a k2: recorded, not in the build",
+        "sm_90a k3: not recorded (REG 30, STACK 0)",
+    ]
+    assert sass_stats.check_resources({"sm_120a": {}}, budget, all_archs=False) == [
+        "sm_120a: in the build, not recorded"]
+
+
+def test_kernels_within_the_recorded_registers_and_stack(sass_stats):
+    """A kernel at its register limit that spills more runs slower: in warpspec, 8 more bytes of
+    stack cost 7-11% at every shape on the H200 (docs/verify-kernel.md, "The item table"). So a
+    change to any kernel's registers or stack must show here, and be measured on the GPU before
+    the file is regenerated."""
+    require = os.environ.get("TREEMLA_REQUIRE_CUDA") == "1"
+    binary = ROOT / os.environ.get("BUILD_DIR", "build") / "treemla"
+    if not binary.is_file():
+        if require:
+            pytest.fail(f"TREEMLA_REQUIRE_CUDA=1 and no {binary}")
+        pytest.skip(f"no {binary}")
+    try:
+        tool = sass_stats.find_cuobjdump()
+    except SystemExit as e:
+        if require:
+            pytest.fail(f"TREEMLA_REQUIRE_CUDA=1 and {e}")
+        pytest.skip("no cuobjdump")
+    budget = json.loads((ROOT / "tests" / "kernel_resources.json").read_text())
+    nvcc = sass_stats.build_nvcc(str(binary))
+    if nvcc != budget["nvcc"]:
+        pytest.skip(f"tests/kernel_resources.json was recorded with nvcc {budget['nvcc']}, "
+                    f"{binary} was built with {nvcc}")
+    lines = sass_stats.check_resources(sass_stats.resources(tool, str(binary)), budget["kernels"],
+                                       all_archs=require)
+    assert not lines, "\n".join(lines + [
+        "A kernel's registers or stack changed. Measure the change on the GPU (docs/gpu-check.md), "
+        "then record the build's figures: scripts/sass-stats.py build/treemla --resources > "
+        "tests/kernel_resources.json"])
