@@ -15,7 +15,8 @@ JSON; --check-resources compares a build with such a file (tests/kernel_resource
 the tests check CI's build against) and names each kernel that uses more registers or stack, is
 new, or is gone. docs/gpu-check.md ("Reading a kernel's SASS") says what the columns have told us.
 cuobjdump comes with the CUDA toolkit; where the toolkit lacks it, `pip install
-nvidia-cuda-cuobjdump` provides one, which this script finds in the Python environment.
+nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` provides them (-sass needs nvdisasm beside
+cuobjdump), which this script finds in the Python environment.
 """
 import argparse
 import glob
@@ -64,7 +65,8 @@ def run(cuobjdump, flag, binary, arch_re="."):
     # takes minutes to list whole).
     narrow = ["-arch", arch_re] if re.fullmatch(r"sm_\w+", arch_re) else []
     r = subprocess.run([cuobjdump, *narrow, flag, binary], capture_output=True, text=True)
-    if r.returncode != 0 and not r.stdout:
+    # A listing cut short fails too (-sass without nvdisasm prints the headers, then "fatal").
+    if r.returncode != 0 and (not r.stdout or "fatal" in r.stderr):
         sys.exit(f"sass-stats: {cuobjdump} {flag} {binary} failed: {r.stderr.strip()}")
     return r.stdout
 

@@ -41,10 +41,11 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q torch==2.11.0
   fi
 fi
-# nvidia-cuda-cuobjdump (290 KB): scripts/sass-stats.py reads the build's kernels with it, and a
-# test holds them to tests/kernel_resources.json (the toolkit in /usr/local/cuda may lack it).
+# nvidia-cuda-cuobjdump and -nvdisasm (5.5 MB): scripts/sass-stats.py reads the build's kernels
+# with them (the toolkit in /usr/local/cuda may lack both), and its tests hold every kernel to
+# tests/kernel_resources.json and read the sm_90a warpspec kernel's SASS.
 "$PY" -m pip install -q pytest ninja "setuptools>=70.1,<82" "matplotlib>=3.6" \
-  nvidia-cuda-cuobjdump==13.5.37
+  nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
 
 build_cuda=${TREEMLA_BUILD_CUDA:-auto}
 [ "${TREEMLA_REQUIRE_CUDA:-0}" = 1 ] && build_cuda=1

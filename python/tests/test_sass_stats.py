@@ -108,15 +108,21 @@ def test_refuses_a_missing_file_a_bad_count_and_a_bad_tool():
 
 
 def test_a_real_build(sass_stats):
-    binary = next((p for p in (ROOT / "build" / "treemla", ROOT / "build-90" / "treemla")
-                   if p.is_file()), None)
+    dirs = (os.environ.get("BUILD_DIR", "build"), "build", "build-90")
+    binary = next((ROOT / d / "treemla" for d in dirs if (ROOT / d / "treemla").is_file()), None)
+    require = os.environ.get("TREEMLA_REQUIRE_CUDA") == "1"  # CI: the test must run
     if binary is None:
+        if require:
+            pytest.fail("TREEMLA_REQUIRE_CUDA=1 and no build/treemla")
         pytest.skip("no build/treemla")
     try:
         tool = sass_stats.find_cuobjdump()
-    except SystemExit:
-        pytest.skip("no cuobjdump")
-    rows = sass_stats.collect(tool, str(binary), "warpspec_main_kernel<__nv_bfloat16", "sm_90a")
+        rows = sass_stats.collect(tool, str(binary), "warpspec_main_kernel<__nv_bfloat16",
+                                  "sm_90a")
+    except SystemExit as e:  # no cuobjdump, or no nvdisasm beside it
+        if require:
+            pytest.fail(f"TREEMLA_REQUIRE_CUDA=1 and {e}")
+        pytest.skip(str(e))
     if not rows:
         pytest.skip(f"{binary} has no sm_90a warpspec kernel")
     (row,) = rows.values()
