@@ -156,8 +156,9 @@ __device__ __forceinline__ bool fetch_item(const VerifyKernelParams& kp, int ite
 // either is used. The loads are volatile asm so that the compiler issues them here, in this
 // order, rather than sinking the record's past the count's test (it did). The price: asm results
 // are not known to be warp-uniform, so the record's fields take vector registers. In the sm90a
-// family that costs nothing and the round trip saves 1-3% (docs/verify-kernel.md, "The item
-// table"); in warpspec, decode and cpasync it spilled registers, and warpspec ran 7-10% slower.
+// family that cost no registers or stack, and the round trip saved up to 2.5% in one call and was
+// level in another (docs/verify-kernel.md, "The item table"); in warpspec, decode and cpasync it
+// spilled registers, and warpspec ran 7-11% slower.
 __device__ __forceinline__ int4 ld_v4_issue_now(const void* p) {
   int4 v;
   asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];\n"
