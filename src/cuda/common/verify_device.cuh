@@ -135,6 +135,22 @@ __device__ __forceinline__ WorkItem resolve_work_item(const VerifyKernelParams& 
   return w;
 }
 
+// The work list's size and where its refined pieces start (WorkspaceHeader), from the header's
+// first 16 bytes, which the caller loads in one 16-byte load (header_row, or volatile in
+// fetch_item_issue_now).
+struct ListCounts {
+  int num_items, refine_first;
+};
+__device__ __forceinline__ ListCounts list_counts(const int4& first_row) {
+  static_assert(
+      offsetof(WorkspaceHeader, num_items) == 4 && offsetof(WorkspaceHeader, refine_first) == 12,
+      "the header's first 16 bytes: counter, num_items, num_groups, refine_first");
+  return ListCounts{first_row.y, first_row.w};
+}
+__device__ __forceinline__ int4 header_row(const WorkspaceHeader* hdr) {
+  return *reinterpret_cast<const int4*>(hdr);
+}
+
 // Work item `item` into w, or false past the end of the work list: the header's counts, then the
 // item's record in the schedule's table (schedule.cu): two L2 round trips, where the lookup from
 // the schedule's entries is a chain of log2(batch) + 2 (the header, a binary search of item_base,
@@ -142,12 +158,13 @@ __device__ __forceinline__ WorkItem resolve_work_item(const VerifyKernelParams& 
 // (VerifyKernelParams::item_capacity) take the chain. The loads are ordinary ones from a
 // warp-uniform address, so the compiler keeps the record's fields in uniform registers.
 __device__ __forceinline__ bool fetch_item(const VerifyKernelParams& kp, int item, WorkItem& w) {
-  const int4 h = *reinterpret_cast<const int4*>(kp.hdr);
-  if (item >= h.y) return false;  // num_items
+  const int4 first_row = header_row(kp.hdr);
+  const ListCounts lc = list_counts(first_row);
+  if (item >= lc.num_items) return false;
   if (item < kp.item_capacity) {
     w = kp.items[item];
   } else {
-    w = resolve_work_item(kp, item, h.w);  // refine_first
+    w = resolve_work_item(kp, item, lc.refine_first);
   }
   return true;
 }
@@ -168,20 +185,17 @@ __device__ __forceinline__ int4 ld_v4_issue_now(const void* p) {
 }
 __device__ __forceinline__ bool fetch_item_issue_now(const VerifyKernelParams& kp, int item,
                                                      WorkItem& w) {
-  static_assert(
-      offsetof(WorkspaceHeader, num_items) == 4 && offsetof(WorkspaceHeader, refine_first) == 12,
-      "the header's first 16 bytes: counter, num_items, num_groups, refine_first");
   static_assert(sizeof(WorkItem) == 4 * sizeof(int4), "a record is four 16-byte loads");
   const int4* rp = reinterpret_cast<const int4*>(kp.items + min(item, kp.item_capacity - 1));
   int4 r[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) r[i] = ld_v4_issue_now(rp + i);
-  const int4 h = ld_v4_issue_now(kp.hdr);
-  if (item >= h.y) return false;  // num_items
+  const ListCounts lc = list_counts(ld_v4_issue_now(kp.hdr));
+  if (item >= lc.num_items) return false;
   if (item < kp.item_capacity) {
     memcpy(&w, r, sizeof(w));
   } else {
-    w = resolve_work_item(kp, item, h.w);  // refine_first
+    w = resolve_work_item(kp, item, lc.refine_first);
   }
   return true;
 }

@@ -407,13 +407,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       if (threadIdx.x == 0) s_item = atomicAdd(&kp.hdr->counter, 1);
       __syncthreads();
       const int item = s_item;
-      const int4 h = *reinterpret_cast<const int4*>(kp.hdr);  // WorkspaceHeader's first row
-      if (item >= h.y) break;                                 // num_items
+      const int4 first_row = header_row(kp.hdr);
+      const ListCounts lc = list_counts(first_row);
+      if (item >= lc.num_items) break;
       // The lookup from the schedule's entries rather than the item table (fetch_item): with the
       // table this 255-register kernel ran 7-9% slower in its large configuration at the
       // compute-bound shapes on the H200 (3-5% faster at 99 KB; docs/verify-kernel.md, "The
       // item table"). A dynamic item's lookup also overlaps the previous item's stores.
-      const WorkItem w = resolve_work_item(kp, item, h.w);  // refine_first
+      const WorkItem w = resolve_work_item(kp, item, lc.refine_first);
       if (w.rs.q_len * kp.p.num_heads - w.tile * kBlockM <= 16) {
         verify_item<T, Tr, true>(kp, smem, w);
       } else {
