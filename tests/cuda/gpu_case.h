@@ -254,8 +254,8 @@ inline int request_of_item(const std::vector<int>& item_base, int item) {
 // way into q pieces, piece k starting at b0 + even_part(e0 - b0, k, q, align).
 // Returns, per request, the first logical row (32 x the block) of each split s = 1 .. splits - 1
 // and of each refined piece k = 1 .. q - 1 (empty: one split, nothing refined). With
-// request_of_item and expect_groups_cover_partials, the only place in the tests that knows the
-// schedule's layout: adapt it here when that changes.
+// request_of_item and host_work_items, the only place in the tests that knows the schedule's
+// layout: adapt it here when that changes.
 inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d,
                                                              const cuda::VerifyPlan& plan,
                                                              void* ws) {
@@ -299,44 +299,64 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
   return out;
 }
 
+// Work items 0 .. hdr.num_items - 1 as the schedule's entries define them, computed here from the
+// entries read back from ws as the schedule kernel does (resolve_work_item, verify_device.cuh):
+// request b (-1 if no request holds the item, the rest then unset), row tile, split index, piece
+// k of q (0 of 1 for an item that is a whole split) and partial slot (-1: the final O and LSE).
+struct HostItem {
+  int b = -1, tile = 0, index = 0, k = 0, q = 1;
+  int64_t slot = -1;
+};
+inline std::vector<HostItem> host_work_items(const uint8_t* ws, const cuda::WorkspaceLayout& layout,
+                                             const cuda::WorkspaceHeader& hdr,
+                                             const cuda::WorkRefine& rf,
+                                             const std::vector<cuda::RequestSched>& sched) {
+  std::vector<int> item_base(sched.size() + 1);
+  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), ws + layout.item_base,
+                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  const bool refined = hdr.refine_first < hdr.num_items;
+  const int q = refined ? std::max(rf.q, 1) : 1;
+  std::vector<HostItem> items(static_cast<size_t>(std::max(hdr.num_items, 0)));
+  for (int item = 0; item < hdr.num_items; ++item) {
+    HostItem& it = items[static_cast<size_t>(item)];
+    const bool piece = refined && item >= rf.first;
+    const int at = piece ? rf.first + (item - rf.first) / q : item;
+    it.b = request_of_item(item_base, at);
+    if (it.b < 0) continue;
+    const cuda::RequestSched& rs = sched[static_cast<size_t>(it.b)];
+    const int local = at - item_base[static_cast<size_t>(it.b)];
+    it.tile = local % rs.tiles;
+    it.index = local / rs.tiles;
+    it.q = piece ? q : 1;
+    it.k = piece ? (item - rf.first) - (at - rf.first) * q : 0;
+    if (piece)
+      it.slot = int64_t{rf.extra_base} + (item - rf.first);
+    else if (rs.splits > 1)
+      it.slot = rs.part_base + int64_t{it.index} * rs.tiles + it.tile;
+  }
+  return items;
+}
+
 // The combine groups the schedule kernel writes (CombineGroup, read by the combine kernel) against
-// the work items' partial slots, computed here as the schedule kernel does (resolve_work_item,
-// verify_device.cuh): every slot an item writes is slot f < n of exactly one group, that group is
-// the item's request and row tile, and it carries the request's rows; no group has a slot no item
-// writes. A group with n = 0 (a refined item of a request with several splits) is merged with its
-// tile's group.
+// the work items' partial slots (host_work_items): every slot an item writes is slot f < n of
+// exactly one group, that group is the item's request and row tile, and it carries the request's
+// rows; no group has a slot no item writes. A group with n = 0 (a refined item of a request with
+// several splits) is merged with its tile's group.
 inline void expect_groups_cover_partials(const uint8_t* ws, const cuda::WorkspaceLayout& layout,
                                          const cuda::WorkspaceHeader& hdr,
                                          const cuda::WorkRefine& rf,
                                          const std::vector<cuda::RequestSched>& sched) {
-  const int batch = static_cast<int>(sched.size());
-  std::vector<int> item_base(static_cast<size_t>(batch) + 1);
-  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), ws + layout.item_base,
-                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
   std::vector<cuda::CombineGroup> groups(static_cast<size_t>(hdr.num_groups));
   TREEMLA_CUDA_CHECK(cudaMemcpy(groups.data(), ws + layout.groups,
                                 groups.size() * sizeof(cuda::CombineGroup),
                                 cudaMemcpyDeviceToHost));
   // slot -> (request, tile) of the item that writes it
   std::map<int64_t, std::pair<int, int>> writer;
-  const bool refined = hdr.refine_first < hdr.num_items;
-  const int q = refined ? std::max(rf.q, 1) : 1;
-  for (int item = 0; item < hdr.num_items; ++item) {
-    const bool piece = refined && item >= rf.first;
-    const int at = piece ? rf.first + (item - rf.first) / q : item;
-    const int b = request_of_item(item_base, at);
-    ASSERT_GE(b, 0);
-    const cuda::RequestSched& rs = sched[static_cast<size_t>(b)];
-    const int local = at - item_base[static_cast<size_t>(b)];
-    const int tile = local % rs.tiles, index = local / rs.tiles;
-    int64_t slot = -1;
-    if (piece)
-      slot = int64_t{rf.extra_base} + (item - rf.first);
-    else if (rs.splits > 1)
-      slot = rs.part_base + int64_t{index} * rs.tiles + tile;
-    if (slot < 0) continue;
-    EXPECT_TRUE(writer.emplace(slot, std::make_pair(b, tile)).second)
-        << "slot " << slot << " twice";
+  for (const HostItem& it : host_work_items(ws, layout, hdr, rf, sched)) {
+    ASSERT_GE(it.b, 0);
+    if (it.slot < 0) continue;
+    EXPECT_TRUE(writer.emplace(it.slot, std::make_pair(it.b, it.tile)).second)
+        << "slot " << it.slot << " twice";
   }
   size_t covered = 0;
   for (size_t grp = 0; grp < groups.size(); ++grp) {
@@ -362,50 +382,34 @@ inline void expect_groups_cover_partials(const uint8_t* ws, const cuda::Workspac
 
 // The work-item table the schedule kernel writes (WorkItem, verify_kernel_params.h; what the main
 // kernels read, fetch_item in verify_device.cuh) against the items computed here from the
-// schedule's entries as expect_groups_cover_partials does: for every item the table holds
+// schedule's entries (host_work_items): for every item the table holds
 // (min(num_items, capacity)), its request, row tile, prefix blocks, tree-tail flag, partial slot
 // and request entry. with_tail: the call attends the tree tail (its VerifyPart is not kPrefix).
 inline void expect_item_table(const uint8_t* ws, const cuda::WorkspaceLayout& layout,
                               const cuda::WorkspaceHeader& hdr, const cuda::WorkRefine& rf,
                               const std::vector<cuda::RequestSched>& sched, int capacity,
                               bool with_tail) {
-  const int batch = static_cast<int>(sched.size());
-  std::vector<int> item_base(static_cast<size_t>(batch) + 1);
-  TREEMLA_CUDA_CHECK(cudaMemcpy(item_base.data(), ws + layout.item_base,
-                                item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  const std::vector<HostItem> items = host_work_items(ws, layout, hdr, rf, sched);
   const int n = std::min(hdr.num_items, capacity);
   std::vector<cuda::WorkItem> table(static_cast<size_t>(std::max(n, 0)));
   TREEMLA_CUDA_CHECK(cudaMemcpy(table.data(), ws + layout.items,
                                 table.size() * sizeof(cuda::WorkItem), cudaMemcpyDeviceToHost));
-  const bool refined = hdr.refine_first < hdr.num_items;
-  const int q = refined ? std::max(rf.q, 1) : 1;
   for (int item = 0; item < n; ++item) {
-    const bool piece = refined && item >= rf.first;
-    const int at = piece ? rf.first + (item - rf.first) / q : item;
-    const int k = piece ? (item - rf.first) - (at - rf.first) * q : 0;
-    const int b = request_of_item(item_base, at);
-    ASSERT_GE(b, 0);
-    const cuda::RequestSched& rs = sched[static_cast<size_t>(b)];
-    const int local = at - item_base[static_cast<size_t>(b)];
-    const int tile = local % rs.tiles, index = local / rs.tiles;
+    const HostItem& it = items[static_cast<size_t>(item)];
+    ASSERT_GE(it.b, 0);
+    const cuda::RequestSched& rs = sched[static_cast<size_t>(it.b)];
     int b0, e0, k0, k1;
-    cuda::even_part(rs.pblocks, index, rs.splits, rs.align, b0, e0);
-    cuda::even_part(e0 - b0, k, piece ? q : 1, rs.align, k0, k1);
-    int64_t slot = -1;
-    if (piece)
-      slot = int64_t{rf.extra_base} + (item - rf.first);
-    else if (rs.splits > 1)
-      slot = rs.part_base + int64_t{index} * rs.tiles + tile;
-    const bool tail =
-        with_tail && rs.q_len > 0 && index == rs.splits - 1 && k == (piece ? q : 1) - 1;
+    cuda::even_part(rs.pblocks, it.index, rs.splits, rs.align, b0, e0);
+    cuda::even_part(e0 - b0, it.k, it.q, rs.align, k0, k1);
+    const bool tail = with_tail && rs.q_len > 0 && it.index == rs.splits - 1 && it.k == it.q - 1;
     const cuda::WorkItem& w = table[static_cast<size_t>(item)];
     SCOPED_TRACE("work item " + std::to_string(item));
-    EXPECT_EQ(w.b, b);
-    EXPECT_EQ(w.tile, tile);
+    EXPECT_EQ(w.b, it.b);
+    EXPECT_EQ(w.tile, it.tile);
     EXPECT_EQ(w.pb_begin, b0 + k0);
     EXPECT_EQ(w.pb_end, b0 + k1);
     EXPECT_EQ(w.tail != 0, tail);
-    EXPECT_EQ(w.slot, slot);
+    EXPECT_EQ(w.slot, it.slot);
     EXPECT_EQ(std::memcmp(&w.rs, &rs, sizeof(rs)), 0) << "its request's schedule entry";
   }
 }
