@@ -9,6 +9,27 @@
 
 namespace treemla::cuda {
 
+// The tree tail's weight of a family, in 32-key prefix blocks (schedule_model.h, tail_weight): how
+// much lighter the split that carries a request's tree tail is cut, for requests of one row
+// (q_len = 1) and of several. Only the families that read the item table (sm90a, warpspec,
+// decode) can have one (schedule.cu). Measured on an H100, twenty-ninth session, four rounds
+// alternated (docs/verify-kernel.md, "The tree tail's weight"): sm90a 6 (1,16,16 at 32K and 128K
+// keys 6% and 2% faster, the other tree shapes level or faster), warpspec 2 (1,16,16 3% and 2%);
+// for one-row requests no weight helped any family (decode level with 2 or 4).
+struct TailWeights {
+  int one, tree;
+};
+inline TailWeights tail_weights_for(KernelFamily f) {
+  switch (f) {
+    case KernelFamily::kSm90a:
+      return {0, 6};
+    case KernelFamily::kWarpSpec:
+      return {0, 2};
+    default:
+      return {0, 0};
+  }
+}
+
 // A second main kernel of a family (the sm90a family's TMA kernel, chosen by the launch code:
 // verify_api.cu); fn null: none. Same grid, schedule, combine and workspace as the entry's kernel.
 // min_page_size: the smallest page size its fast path serves (smaller pages it copies row by row).

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "cuda/arch.h"
 #include "cuda/common/verify_kernel_params.h"
@@ -86,6 +88,20 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   const bool sm90a = plan.family == KernelFamily::kSm90a;
   kp.refine_pct = refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(sm90a);
   kp.split_align = split_align_for(sm90a);  // splits on 64-key boundaries for sm90a (even_part)
+  // The tree tail's weight in prefix blocks (schedule_model.h, tail_weight), for requests of one
+  // row and of several; TREEMLA_TAIL_WEIGHT="ONE,TREE" (a measurement switch) overrides the
+  // family's.
+  static const std::pair<int, int> tail_env = [] {
+    const char* e = std::getenv("TREEMLA_TAIL_WEIGHT");
+    if (e == nullptr) return std::pair<int, int>{-1, -1};
+    int one = -1, tree = -1;
+    TREEMLA_CHECK(std::sscanf(e, "%d,%d", &one, &tree) == 2 && one >= 0 && tree >= 0,
+                  "TREEMLA_TAIL_WEIGHT must be two counts ONE,TREE (got " << e << ")");
+    return std::pair<int, int>{one, tree};
+  }();
+  const TailWeights tw = tail_weights_for(plan.family);
+  kp.tail_w_one = tail_env.first >= 0 ? tail_env.first : tw.one;
+  kp.tail_w_tree = tail_env.second >= 0 ? tail_env.second : tw.tree;
   const WorkspaceLayout l =
       workspace_layout(plan.limits.max_batch, plan.partial_slots, plan.item_capacity);
   char* base = static_cast<char*>(ws);

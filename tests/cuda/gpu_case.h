@@ -246,16 +246,24 @@ inline int request_of_item(const std::vector<int>& item_base, int item) {
                           item_base.begin() - 1);
 }
 
+// The tree tail's weight the schedule gave request rs (split_range, verify_device.cuh): the
+// weights it wrote into the refinement record (0 for a call without a tail), none for pair items.
+inline int tail_weight_of(const cuda::RequestSched& rs, const cuda::WorkRefine& rf) {
+  return rs.pair
+             ? 0
+             : cuda::tail_weight(rs.q_len, rs.pblocks, rs.splits, true, rf.tail_one, rf.tail_tree);
+}
+
 // The split boundaries the schedule makes for d.p: runs cuda::verify_schedule on ws (a workspace
 // of plan.workspace_bytes) and reads back the per-request schedule (RequestSched and WorkRefine in
 // src/cuda/common/verify_kernel_params.h). Split s of request b reads the 32-row prefix blocks
-// even_part(pblocks, s, splits, align) (schedule_model.h: near-equal, on 64-key boundaries for the
-// sm90a family); a work item of the refined last wave cuts its split's blocks [b0, e0) the same
-// way into q pieces, piece k starting at b0 + even_part(e0 - b0, k, q, align).
-// Returns, per request, the first logical row (32 x the block) of each split s = 1 .. splits - 1
-// and of each refined piece k = 1 .. q - 1 (empty: one split, nothing refined). With
-// request_of_item and host_work_items, the only place in the tests that knows the schedule's
-// layout: adapt it here when that changes.
+// split_part(pblocks, w, s, splits, align) (schedule_model.h: near-equal, on 64-key boundaries for
+// the sm90a family, the last split w blocks lighter: tail_weight_of); a work item of the refined
+// last wave cuts its split's blocks [b0, e0) the same way into q pieces, piece k starting at b0 +
+// even_part(e0 - b0, k, q, align). Returns, per request, the first logical row (32 x the block) of
+// each split s = 1 .. splits - 1 and of each refined piece k = 1 .. q - 1 (empty: one split,
+// nothing refined). With request_of_item and host_work_items, the only place in the tests that
+// knows the schedule's layout: adapt it here when that changes.
 inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d,
                                                              const cuda::VerifyPlan& plan,
                                                              void* ws) {
@@ -273,9 +281,10 @@ inline std::vector<std::vector<int64_t>> schedule_boundaries(const DeviceCase& d
                                 item_base.size() * sizeof(int), cudaMemcpyDeviceToHost));
   cuda::WorkRefine rf{};
   TREEMLA_CUDA_CHECK(cudaMemcpy(&rf, base + layout.refine, sizeof(rf), cudaMemcpyDeviceToHost));
-  auto split_begin = [](const cuda::RequestSched& rs, int64_t s) {
+  auto split_begin = [&rf](const cuda::RequestSched& rs, int64_t s) {
     int begin, end;
-    cuda::even_part(rs.pblocks, s, rs.splits, rs.align, begin, end);
+    cuda::split_part(rs.pblocks, tail_weight_of(rs, rf), static_cast<int>(s), rs.splits, rs.align,
+                     begin, end);
     return static_cast<int64_t>(begin);
   };
   std::vector<std::vector<int64_t>> out(sched.size());
@@ -399,7 +408,7 @@ inline void expect_item_table(const uint8_t* ws, const cuda::WorkspaceLayout& la
     ASSERT_GE(it.b, 0);
     const cuda::RequestSched& rs = sched[static_cast<size_t>(it.b)];
     int b0, e0, k0, k1;
-    cuda::even_part(rs.pblocks, it.index, rs.splits, rs.align, b0, e0);
+    cuda::split_part(rs.pblocks, tail_weight_of(rs, rf), it.index, rs.splits, rs.align, b0, e0);
     cuda::even_part(e0 - b0, it.k, it.q, rs.align, k0, k1);
     const bool tail = with_tail && rs.q_len > 0 && it.index == rs.splits - 1 && it.k == it.q - 1;
     const cuda::WorkItem& w = table[static_cast<size_t>(item)];

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/dispatch.h"
 #include "gpu_case.h"
 
 namespace treemla::test {
@@ -580,6 +581,14 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
       if (m.refine_count > 0) {
         EXPECT_EQ(rf.first, m.refine_first);
         EXPECT_EQ(rf.q, m.refine_q);
+      }
+      // The tree tail's weights the schedule cut the item table with: the family's (dispatch.h),
+      // unless items spill past the table (then none: the main kernels' lookups cut unweighted).
+      if (!std::getenv("TREEMLA_TAIL_WEIGHT")) {
+        const cuda::TailWeights tw = cuda::tail_weights_for(plan.family);
+        const bool fits = hdr.num_items <= plan.item_capacity;
+        EXPECT_EQ(rf.tail_one, fits ? tw.one : 0);
+        EXPECT_EQ(rf.tail_tree, fits ? tw.tree : 0);
       }
       expect_groups_cover_partials(ws.ptr, layout, hdr, rf, sched);
       expect_item_table(ws.ptr, layout, hdr, rf, sched, plan.item_capacity,

@@ -77,6 +77,30 @@ TREEMLA_SCHED_HD constexpr int split_align_for(bool sm90a_family) {
   return sm90a_family ? kSplitAlignSm90a : 1;
 }
 
+// The tree tail's weight: the split that carries a request's tree tail (its last) also computes
+// the tail's blocks, with row-by-row copies and mask loads, and was the last of its row tile to
+// finish; so the schedule cuts the prefix blocks as if there were `tail_w` more and the last split
+// had them (split_part). The weight a request gets (RequestSched::tail_w): the family's weight for
+// its q_len (`one`: q_len = 1, `tree`: more rows; VerifyKernelParams::tail_w_one / tail_w_tree),
+// 0 when the call has no tail or the request one split, and at most half a split's share, so that
+// the last split keeps at least half of one (every part stays non-empty: SplitParts tests).
+TREEMLA_SCHED_HD int tail_weight(int q_len, int pblocks, int splits, bool with_tail, int one,
+                                 int tree) {
+  TREEMLA_SCHED_MINMAX;
+  if (!with_tail || q_len <= 0 || splits <= 1) return 0;
+  const int w = q_len == 1 ? one : tree;
+  return max(0, min(w, pblocks / splits / 2));
+}
+// Prefix blocks [begin, end) of split s of `splits` over `pblocks` blocks whose last split is
+// `tail_w` blocks lighter: even_part of pblocks + tail_w, the last part cut back to pblocks.
+TREEMLA_SCHED_HD void split_part(int pblocks, int tail_w, int s, int splits, int align, int& begin,
+                                 int& end) {
+  TREEMLA_SCHED_MINMAX;
+  even_part(static_cast<long long>(pblocks) + tail_w, s, splits, align, begin, end);
+  begin = min(begin, pblocks);
+  end = min(end, pblocks);
+}
+
 // Splits of a request with `pblocks` prefix blocks for a target of `waves` x the grid, given its
 // share x = pblocks * grid / total: the share rounded down (or up), at least 1, at most
 // pblocks / kMinChunkBlocks.

@@ -94,7 +94,9 @@ __device__ __forceinline__ bool split_has_tail(const VerifyKernelParams& kp, con
 }
 
 // Prefix blocks [begin, end) of split `s` of a request: its pblocks cut into rs.splits near-equal
-// ranges, on 64-key boundaries for the sm90a family (even_part, schedule_model.h).
+// ranges, on 64-key boundaries for the sm90a family (even_part, schedule_model.h). Without the
+// tree tail's weight: the item table's splits may be weighted (resolve_work_item), a lookup's
+// never (a weighted call's items are all in the table; schedule.cu).
 __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& begin, int& end) {
   even_part(rs.pblocks, s, rs.splits, rs.align, begin, end);
 }
@@ -103,9 +105,11 @@ __device__ __forceinline__ void split_range(const RequestSched& rs, int s, int& 
 // schedule kernel writes into the item table (schedule.cu), and how a main kernel looks up an item
 // past the table. `first`: the header's refine_first. Whether the item is a piece is
 // known from it, so a plain item's lookups do not wait for the refinement's load. Only a piece
-// (the last wave) loads the refinement before it looks up its item.
+// (the last wave) loads the refinement before it looks up its item. w_one, w_tree: the tree
+// tail's weights (tail_weight, schedule_model.h) that the schedule cuts the table's splits with;
+// the main kernels' lookups pass none (a weighted call has all its items in the table).
 __device__ __forceinline__ WorkItem resolve_work_item(const VerifyKernelParams& kp, int item,
-                                                      int first) {
+                                                      int first, int w_one = 0, int w_tree = 0) {
   int k = 0, q = 1, at = item;
   int64_t piece_slot = -1;
   const bool piece = item >= first;
@@ -123,7 +127,14 @@ __device__ __forceinline__ WorkItem resolve_work_item(const VerifyKernelParams& 
   w.tile = pos.tile;
   w.rs = rs;
   int b0, e0;
-  split_range(rs, pos.index, b0, e0);
+  const int tw = w_one > 0 || w_tree > 0
+                     ? tail_weight(rs.q_len, rs.pblocks, rs.splits, true, w_one, w_tree)
+                     : 0;
+  if (tw > 0) {
+    split_part(rs.pblocks, tw, pos.index, rs.splits, rs.align, b0, e0);
+  } else {
+    split_range(rs, pos.index, b0, e0);
+  }
   int k0, k1;
   even_part(e0 - b0, k, q, rs.align, k0, k1);  // b0 is a multiple of rs.align: the pieces too
   w.pb_begin = b0 + k0;

@@ -31,8 +31,8 @@ struct RequestSched {
   int tiles;      // ceil(q_len * H / kBlockM)
   int pblocks;    // prefix blocks of kBlockN rows (0 for VerifyPart::kTail)
   int splits;     // prefix splits, >= 1; split s reads prefix blocks
-                  // even_part(pblocks, s, splits, align) (schedule_model.h); the last also the
-                  // tail
+                  // split_range (verify_device.cuh): split_part(pblocks, w, s, splits, align)
+                  // with the tree tail's weight w (schedule_model.h); the last also the tail
   int part_base;  // first partial slot (only when splits > 1)
   int pair;       // 1: the row tile is processed as two sub-splits at once (cluster family)
   int align;      // split boundaries in multiples of this many blocks (even_part; split_align)
@@ -51,7 +51,9 @@ struct WorkRefine {
   int extra_base;   // partial slot of piece 0 (after the slots of the requests' splits)
   int base_groups;  // combine groups of the requests' splits; groups base_groups + r (r < count)
                     // are the refined items of requests with one split
-  int reserved[3];
+  int tail_one, tail_tree;  // the tree tail's weights the call's splits were cut with (0 when it
+                            // has no tail): VerifyKernelParams::tail_w_one / tail_w_tree
+  int reserved;
 };
 
 // One combine group as the schedule kernel resolves it (schedule.cu), read by the combine kernel
@@ -157,6 +159,11 @@ struct VerifyKernelParams {
   // [num_pages][page_size][576], boxes of 64 columns x 32 rows (0, page_size >= 32) and x 64 rows
   // (1, page_size >= 64), 128-byte swizzle.
   TmaMap kv_map[2];
+  // Prefix blocks the split that carries the tree tail gives up to the others in the item table
+  // (schedule_model.h, tail_weight; schedule.cu): for requests of one row (q_len = 1) and of
+  // several; per family (tail_weights_for, dispatch.h), TREEMLA_TAIL_WEIGHT overrides them
+  // (verify_api.cu). Last, so that the fields the main kernels read keep their offsets.
+  int tail_w_one, tail_w_tree;
 };
 
 // Workspace layout, computed identically on host and device.

@@ -5,8 +5,9 @@
 // Cost model: a (request, row tile) pair costs one unit per 32-row prefix block; total is the
 // sum over the batch. With target = waves * target_items, request b's prefix is cut into
 //   splits_b = max(1, min(floor(pblocks_b * target / total), floor(pblocks_b / kMinChunkBlocks)))
-// near-equal ranges (split s covers blocks even_part(pblocks, s, splits, align): boundaries on
-// 64-key boundaries for the sm90a family),
+// near-equal ranges (split s covers blocks split_part(pblocks, tail_w, s, splits, align):
+// boundaries on 64-key boundaries for the sm90a family, the last split, which also does the tree
+// tail, tail_w blocks lighter: tail_weight in schedule_model.h),
 // so items = sum tiles_b * splits_b never exceeds target (whole waves of the persistent grid, no
 // straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
 // least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
@@ -301,6 +302,14 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
       items = rf.first + rf.count * rf.q;
       groups += rf.count;
     }
+    // The tree tail's weight (tail_weight, schedule_model.h) goes only into the item table: a call
+    // with items past it, which the main kernels look up themselves, and the families that do not
+    // read the table (cpasync, and the cluster family's pairs: weights 0, verify_api.cu) cut their
+    // splits unweighted. Recorded here for the tests (gpu_case.h, tail_weight_of).
+    const bool weigh =
+        kp.p.part != VerifyPart::kPrefix && kp.pair_rows == 0 && items <= kp.item_capacity;
+    rf.tail_one = weigh ? kp.tail_w_one : 0;
+    rf.tail_tree = weigh ? kp.tail_w_tree : 0;
     *kp.refine = rf;
     kp.hdr->refine_first = rf.first;
     const int slots = rf.extra_base + rf.count * rf.q;
@@ -325,7 +334,7 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
   if (kp.pair_rows == 0) {
     const int n = min(s_num_items, kp.item_capacity);
     for (int i = threadIdx.x; i < n; i += kSchedThreads)
-      kp.items[i] = resolve_work_item(kp, i, s_rf.first);
+      kp.items[i] = resolve_work_item(kp, i, s_rf.first, s_rf.tail_one, s_rf.tail_tree);
   }
 }
 
