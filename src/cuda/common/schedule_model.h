@@ -80,10 +80,11 @@ TREEMLA_SCHED_HD constexpr int split_align_for(bool sm90a_family) {
 // The tree tail's weight: the split that carries a request's tree tail (its last) also computes
 // the tail's blocks, with row-by-row copies and mask loads, and was the last of its row tile to
 // finish; so the schedule cuts the prefix blocks as if there were `tail_w` more and the last split
-// had them (split_part). The weight a request gets (RequestSched::tail_w): the family's weight for
-// its q_len (`one`: q_len = 1, `tree`: more rows; VerifyKernelParams::tail_w_one / tail_w_tree),
-// 0 when the call has no tail or the request one split, and at most half a split's share, so that
-// the last split keeps at least half of one (every part stays non-empty: SplitParts tests).
+// had them (split_part), in the item table only (schedule.cu). The weight a request gets: the
+// family's weight for its q_len (`one`: q_len = 1, `tree`: more rows; VerifyKernelParams::
+// tail_w_one / tail_w_tree, recorded in WorkRefine::tail_one / tail_tree), 0 when the call has no
+// tail or the request one split, and at most half a split's share, so that the last split keeps
+// at least half of one (every part stays non-empty: SplitParts tests).
 TREEMLA_SCHED_HD int tail_weight(int q_len, int pblocks, int splits, bool with_tail, int one,
                                  int tree) {
   TREEMLA_SCHED_MINMAX;

@@ -31,8 +31,9 @@ struct RequestSched {
   int tiles;      // ceil(q_len * H / kBlockM)
   int pblocks;    // prefix blocks of kBlockN rows (0 for VerifyPart::kTail)
   int splits;     // prefix splits, >= 1; split s reads prefix blocks
-                  // split_range (verify_device.cuh): split_part(pblocks, w, s, splits, align)
-                  // with the tree tail's weight w (schedule_model.h); the last also the tail
+                  // even_part(pblocks, s, splits, align) (split_range), in the item table
+                  // split_part(pblocks, w, ...) with the tree tail's weight w (schedule_model.h,
+                  // resolve_work_item); the last also the tail
   int part_base;  // first partial slot (only when splits > 1)
   int pair;       // 1: the row tile is processed as two sub-splits at once (cluster family)
   int align;      // split boundaries in multiples of this many blocks (even_part; split_align)

@@ -5,9 +5,10 @@
 // Cost model: a (request, row tile) pair costs one unit per 32-row prefix block; total is the
 // sum over the batch. With target = waves * target_items, request b's prefix is cut into
 //   splits_b = max(1, min(floor(pblocks_b * target / total), floor(pblocks_b / kMinChunkBlocks)))
-// near-equal ranges (split s covers blocks split_part(pblocks, tail_w, s, splits, align):
-// boundaries on 64-key boundaries for the sm90a family, the last split, which also does the tree
-// tail, tail_w blocks lighter: tail_weight in schedule_model.h),
+// near-equal ranges (split s covers blocks even_part(pblocks, s, splits, align): boundaries on
+// 64-key boundaries for the sm90a family; in the item table split_part, the last split, which also
+// does the tree tail, a few blocks lighter where the family has a weight: tail_weight in
+// schedule_model.h),
 // so items = sum tiles_b * splits_b never exceeds target (whole waves of the persistent grid, no
 // straggler wave) unless requests with splits_b = 1 alone need more, and each split reads at
 // least kMinChunkBlocks blocks so its Q load stays small next to its KV reads. The last split of
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(kSchedThreads, 1)
     }
     // The tree tail's weight (tail_weight, schedule_model.h) goes only into the item table: a call
     // with items past it, which the main kernels look up themselves, and the families that do not
-    // read the table (cpasync, and the cluster family's pairs: weights 0, verify_api.cu) cut their
+    // read the table (cpasync, and the cluster family's pairs: weights 0, dispatch.h) cut their
     // splits unweighted. Recorded here for the tests (gpu_case.h, tail_weight_of).
     const bool weigh =
         kp.p.part != VerifyPart::kPrefix && kp.pair_rows == 0 && items <= kp.item_capacity;
