@@ -246,12 +246,11 @@ inline int request_of_item(const std::vector<int>& item_base, int item) {
                           item_base.begin() - 1);
 }
 
-// The tree tail's weight the schedule gave request rs (split_range, verify_device.cuh): the
-// weights it wrote into the refinement record (0 for a call without a tail), none for pair items.
+// The tree tail's weight the schedule gave request rs in the item table (resolve_work_item,
+// verify_device.cuh): from the weights it wrote into the refinement record, which are 0 where it
+// weighs nothing (no tail, pair items, items past the table).
 inline int tail_weight_of(const cuda::RequestSched& rs, const cuda::WorkRefine& rf) {
-  return rs.pair
-             ? 0
-             : cuda::tail_weight(rs.q_len, rs.pblocks, rs.splits, true, rf.tail_one, rf.tail_tree);
+  return cuda::tail_weight(rs.q_len, rs.pblocks, rs.splits, true, rf.tail_one, rf.tail_tree);
 }
 
 // The split boundaries the schedule makes for d.p: runs cuda::verify_schedule on ws (a workspace

@@ -52,8 +52,9 @@ struct WorkRefine {
   int extra_base;   // partial slot of piece 0 (after the slots of the requests' splits)
   int base_groups;  // combine groups of the requests' splits; groups base_groups + r (r < count)
                     // are the refined items of requests with one split
-  int tail_one, tail_tree;  // the tree tail's weights the call's splits were cut with (0 when it
-                            // has no tail): VerifyKernelParams::tail_w_one / tail_w_tree
+  int tail_one, tail_tree;  // the tree tail's weights the item table's splits were cut with:
+                            // VerifyKernelParams::tail_w_one / tail_w_tree, or 0 for a call
+                            // without a tail, with pair items or with items past the table
   int reserved;
 };
 
