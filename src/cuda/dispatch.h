@@ -15,14 +15,21 @@ namespace treemla::cuda {
 // decode) can have one (schedule.cu). Measured on an H100, twenty-ninth session, four rounds
 // alternated (docs/verify-kernel.md, "The tree tail's weight"): sm90a with 6 and warpspec with 2
 // for tree requests were 2-6% faster at 1,16,16 and level elsewhere; for one-row requests no
-// weight helped. Off (0) by default until the GPU test suite has run with those weights
-// (TREEMLA_TAIL_WEIGHT=0,6 for sm90a, 0,2 for warpspec): no device time was left to run it.
+// weight helped, so those stay 0. The whole GPU test suite ran with these defaults (thirtieth
+// session, bench/results/2026-12-05_h100_*_gpu-tests.log). TREEMLA_TAIL_WEIGHT=ONE,TREE
+// overrides them for a run (verify_api.cu).
 struct TailWeights {
   int one, tree;
 };
 inline TailWeights tail_weights_for(KernelFamily f) {
-  (void)f;  // sm90a {0, 6} and warpspec {0, 2} once checked on the GPU (above)
-  return {0, 0};
+  switch (f) {
+    case KernelFamily::kSm90a:
+      return {0, 6};
+    case KernelFamily::kWarpSpec:
+      return {0, 2};
+    default:
+      return {0, 0};
+  }
 }
 
 // A second main kernel of a family (the sm90a family's TMA kernel, chosen by the launch code:
