@@ -16,7 +16,7 @@ namespace treemla::cuda {
 // alternated (docs/verify-kernel.md, "The tree tail's weight"): sm90a with 6 and warpspec with 2
 // for tree requests were 2-6% faster at 1,16,16 and level elsewhere; for one-row requests no
 // weight helped, so those stay 0. The whole GPU test suite ran with these defaults (thirtieth
-// session, bench/results/2026-12-05_h100_*_gpu-tests.log). TREEMLA_TAIL_WEIGHT=ONE,TREE
+// session, H200, bench/results/2026-12-05_h200_7fee0bd_gpu-tests.log). TREEMLA_TAIL_WEIGHT=ONE,TREE
 // overrides them for a run (verify_api.cu).
 struct TailWeights {
   int one, tree;
