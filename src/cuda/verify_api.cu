@@ -78,11 +78,6 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     return e != nullptr && std::string(e) == "cpasync" ? 1 : 0;
   }();
   kp.decode_cpasync = decode_cpasync;
-  static const int decode_tailpf = [] {
-    const char* e = std::getenv("TREEMLA_DECODE_TAILPF");
-    return e ? std::max(0, std::atoi(e)) : 0;
-  }();
-  kp.decode_tailpf = decode_tailpf;
   // The refined last wave's threshold (schedule.cu): taken when its estimate is under 96% (sm90a)
   // or 97% (the other families) of the best plain one. Measured on the H200, seventeenth session
   // (docs/verify-kernel.md, "The refined last wave"); TREEMLA_REFINE_PCT overrides it.

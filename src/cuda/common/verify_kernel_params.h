@@ -166,11 +166,6 @@ struct VerifyKernelParams {
   // several; per family (tail_weights_for, dispatch.h), TREEMLA_TAIL_WEIGHT overrides them
   // (verify_api.cu). Last, so that the fields the main kernels read keep their offsets.
   int tail_w_one, tail_w_tree;
-  // The decode family's tail prefetch (decode/kernel.cuh, producer_role; TREEMLA_DECODE_TAILPF, a
-  // measurement switch read by verify_api.cu): once a CTA of the call has issued its last copy,
-  // the producers of the others prefetch their item's prefix rows this many 16-key blocks ahead
-  // into L2 (0: never).
-  int decode_tailpf;
 };
 
 // Workspace layout, computed identically on host and device.

@@ -123,36 +123,6 @@ __device__ __forceinline__ int64_t row_source(const VerifyKernelParams& kp, cons
   return static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1));
 }
 
-// Tail prefetch: rows of the item's prefix blocks [j0, j1) (16-key blocks, j1 - j0 <= 16) into L2,
-// row i of the range by lane i % 32 (page-table entries loaded first, then 9 lines a row).
-__device__ __forceinline__ void prefetch_rows(const VerifyKernelParams& kp, const HalfItem& it,
-                                              int prefix_len, int j0, int j1, int lane) {
-  constexpr int kMaxRows = 8;  // 16 blocks x 16 rows / 32 lanes
-  const int t0 = 32 * it.pb_begin + 16 * j0;
-  const int n = min(16 * (j1 - j0), prefix_len - t0);
-  const int* pt = kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride;
-  int page[kMaxRows];
-#pragma unroll
-  for (int k = 0; k < kMaxRows; ++k) {
-    const int i = lane + 32 * k, t = t0 + i;
-    page[k] = i < n && (t >> kp.page_shift) < kp.p.page_table_stride
-                  ? __ldg(pt + (t >> kp.page_shift))
-                  : -1;
-  }
-  const char* kv = static_cast<const char*>(kp.p.kv_cache);
-#pragma unroll
-  for (int k = 0; k < kMaxRows; ++k) {
-    if (page[k] < 0 || page[k] >= kp.p.num_pages) continue;
-    const int t = t0 + lane + 32 * k;
-    const char* a =
-        kv + (static_cast<int64_t>(page[k]) * kp.p.page_size + (t & (kp.p.page_size - 1))) *
-                 (kHeadDimQK * 2);
-#pragma unroll
-    for (int c = 0; c < kHeadDimQK * 2 / 128; ++c)
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a + 128 * c));
-  }
-}
-
 // The producer warp: every block of this CTA's items into the ring.
 template <typename T, class Tr>
 __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
@@ -160,36 +130,16 @@ __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) 
   const T* kv = static_cast<const T*>(kp.p.kv_cache);
   const bool bulk = use_bulk(kp);
   uint32_t blk = 0;  // 16-key blocks this CTA has run, across items (the ring's position)
-  // Tail prefetch (kp.decode_tailpf = pf > 0, a measurement switch): once any CTA of the call has
-  // issued its last copy (hdr->counter > 0, read every fourth block), this producer prefetches
-  // the next pf prefix blocks of its item into L2 at once, then one block pf ahead a block, so
-  // the CTAs still streaming when others are done read from L2.
-  const int pf = min(kp.decode_tailpf, 16);
-  bool tail = false;
   WorkItem w;
   for (int item = blockIdx.x; fetch_item(kp, item, w); item += gridDim.x) {
     const HalfItem it = half_item(kp, w, lane, kDecodeRows);
     if (tile_too_long(kp, it)) continue;
     int page = it.n_blocks > 0 ? row_entry(kp, it, 0, lane) : -1;
-    const int n_pf = 2 * it.n_pb;  // the item's prefix blocks come first in its walk
-    const int prefix_len = pf > 0 ? kp.sched[it.b].prefix_len : 0;
-    bool burst = tail;  // a CTA already in the tail starts its next item with a burst
     for (int h = 0; h < it.n_blocks; ++h, ++blk) {
       const int st = blk % Tr::kStages;
       const int64_t src = row_source(kp, it, h, lane, page);
       if (h + 1 < it.n_blocks) page = row_entry(kp, it, h + 1, lane);  // lands during the wait
-      int done = 0;
-      if (pf > 0 && !tail && (h & 3) == 0)
-        asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(done) : "l"(&kp.hdr->counter));
-      if (burst) {
-        prefetch_rows(kp, it, prefix_len, h + 1, min(h + 1 + pf, n_pf), lane);
-        burst = false;
-      } else if (tail && h + pf < n_pf) {
-        prefetch_rows(kp, it, prefix_len, h + pf, h + pf + 1, lane);
-      }
       mbar_wait(sm.empty(st), ((blk / Tr::kStages) & 1) ^ 1);
-      if (pf > 0 && !tail && (h & 3) == 0 && __shfl_sync(0xffffffffu, done, 0) > 0)
-        tail = burst = true;  // the burst at the next block
       const uint32_t dst = sm.stage(st);
       if (bulk) {
 #if __CUDA_ARCH__ >= 900
@@ -224,7 +174,6 @@ __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) 
     }
   }
   if (!bulk) cp_async_wait<0>();
-  if (pf > 0 && lane == 0) atomicAdd(&kp.hdr->counter, 1);  // this CTA's copies are issued
 }
 
 // The compute warps: S, softmax and P V of every block, and each item's output.
