@@ -520,12 +520,29 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
     GTEST_SKIP() << "TREEMLA_REFINE_PCT overrides the threshold the model takes";
   struct Shape {
     int batch, heads, q_len, prefix;
+    VerifyPart part;
   };
+  const VerifyPart all = VerifyPart::kAll;
   const std::vector<Shape> shapes{
-      {1, 8, 65, 185000},  {1, 8, 65, 131072},   {1, 16, 16, 131072}, {1, 16, 65, 131072},
-      {8, 16, 65, 32768},  {1, 128, 64, 131072}, {8, 128, 1, 32768},  {8, 16, 1, 131072},
-      {32, 16, 1, 32768},  {4, 8, 65, 65536},    {8, 8, 33, 49152},   {2, 16, 65, 185000},
-      {3, 64, 16, 131072}, {1, 8, 1, 0},         {5, 8, 7, 100},      {300, 4, 3, 4000}};
+      {1, 8, 65, 185000, all},
+      {1, 8, 65, 131072, all},
+      {1, 16, 16, 131072, all},
+      {1, 16, 65, 131072, all},
+      {8, 16, 65, 32768, all},
+      {1, 128, 64, 131072, all},
+      {8, 128, 1, 32768, all},
+      {8, 16, 1, 131072, all},
+      {32, 16, 1, 32768, all},
+      {4, 8, 65, 65536, all},
+      {8, 8, 33, 49152, all},
+      {2, 16, 65, 185000, all},
+      {3, 64, 16, 131072, all},
+      {1, 8, 1, 0, all},
+      {5, 8, 7, 100, all},
+      {300, 4, 3, 4000, all},
+      // Prefix-only calls: the same splits, no tree tail, so no tail weight in the table.
+      {1, 8, 65, 185000, VerifyPart::kPrefix},
+      {1, 16, 16, 131072, VerifyPart::kPrefix}};
   DeviceBuffer<uint8_t> unread(4096);
   for (const Shape& s : shapes) {
     std::vector<int32_t> indptr(s.batch + 1, 0), prefix(s.batch, s.prefix);
@@ -546,11 +563,13 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
     p.tree_mask = reinterpret_cast<const uint64_t*>(unread.ptr);
     p.prefix_lens = d_prefix.ptr;
     p.q_indptr = d_indptr.ptr;
+    p.part = s.part;
     std::vector<cuda::ModelRequest> reqs(static_cast<size_t>(s.batch), {s.q_len, s.prefix});
     for (const GpuConfig& cfg : configs_to_test(int64_t{s.q_len} * s.heads)) {
       if (cfg.family == cuda::KernelFamily::kCluster) continue;
       SCOPED_TRACE(cfg.name() + " case " + std::to_string(s.batch) + ":" + std::to_string(s.heads) +
-                   ":" + std::to_string(s.q_len) + ":" + std::to_string(s.prefix));
+                   ":" + std::to_string(s.q_len) + ":" + std::to_string(s.prefix) +
+                   (s.part == VerifyPart::kPrefix ? " prefix only" : ""));
       const cuda::VerifyPlan plan = cuda::make_verify_plan(
           {s.batch, int64_t{s.batch} * s.q_len, s.heads, s.q_len}, -1, cfg.tile, cfg.family);
       DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
@@ -583,10 +602,12 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
         EXPECT_EQ(rf.q, m.refine_q);
       }
       // The tree tail's weights the schedule cut the item table with: the family's (dispatch.h),
-      // unless items spill past the table (then none: the main kernels' lookups cut unweighted).
+      // unless the call has no tree tail (a prefix-only part) or items spill past the table (then
+      // none: the main kernels' lookups cut unweighted). The cluster family's pairs, which also
+      // get none, are not run here.
       if (!std::getenv("TREEMLA_TAIL_WEIGHT")) {
         const cuda::TailWeights tw = cuda::tail_weights_for(plan.family);
-        const bool fits = hdr.num_items <= plan.item_capacity;
+        const bool fits = p.part != VerifyPart::kPrefix && hdr.num_items <= plan.item_capacity;
         EXPECT_EQ(rf.tail_one, fits ? tw.one : 0);
         EXPECT_EQ(rf.tail_tree, fits ? tw.tree : 0);
       }
