@@ -19,7 +19,5 @@ TREEMLA_REQUIRE_CUDA=0 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Re
 cmake --build "$BUILD_DIR" --parallel "$JOBS"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# cli.DefaultJob among them runs the README's default job and expects an empty stderr.
 ctest --test-dir "$BUILD_DIR" --output-on-failure --parallel "$JOBS"
-# The main job itself (README), under the sanitizers.
-"$BUILD_DIR/treemla" > "$BUILD_DIR/default-job.txt"
-tail -n 3 "$BUILD_DIR/default-job.txt"
