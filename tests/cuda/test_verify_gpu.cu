@@ -5,6 +5,7 @@
 // (common/row_check.h); test_verify_oracle.cu adds peaked data aimed at the kernel's boundaries.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -120,6 +121,35 @@ TEST(VerifyGpu, ItemsPastTheItemTable) {
   s.prefix_lens = {3000, 0, 17, 999, 40000, 1};
   check_case(s, 850, VerifyPart::kAll, 1);
   check_case(make_spec(4, 16, 1, 30000, 64), 851, VerifyPart::kAll, 1);
+}
+
+// The decode and warpspec families leave out the second 16-key half of a tree tail's last 32-key
+// block when the tail ends in its first half (half_item), so such an item has an odd number of
+// 16-key blocks and the CTA's next item starts at an odd ring position. More requests than the
+// largest persistent grid (every CTA runs two items or more), tails ending in either half of
+// their last block (q_len 1..4 at 4 heads, the decode family included; 1, 9, 17, 20, 32, 33 at 2
+// heads), prefixes ending in either half of theirs or on a block edge.
+TEST(VerifyGpu, OddBlockCountItemsInSequence) {
+  REQUIRE_GPU();
+  int grid = 0;
+  for (const GpuConfig& cfg : configs_to_test(16))
+    grid =
+        std::max(grid, cuda::make_verify_plan({1, 4, 4, 4}, -1, cfg.tile, cfg.family).target_items);
+  if (grid == 0) return;  // TREEMLA_TEST_FAMILY left no configuration
+  const int n = 2 * grid + 3;
+  CaseSpec s = make_spec(n, 4, 4, 0, 16);
+  for (int b = 0; b < n; ++b) {
+    s.q_lens[b] = 1 + b % 4;
+    s.prefix_lens[b] = 7 * (b % 13) + 16 * (b % 3);
+  }
+  check_case(s, 1100);
+  const int q_lens[] = {1, 20, 33, 9, 17, 32};
+  CaseSpec t = make_spec(n, 2, 33, 0, 16, DType::kFP16, TreeKind::kRandom);
+  for (int b = 0; b < n; ++b) {
+    t.q_lens[b] = q_lens[b % 6];
+    t.prefix_lens[b] = 40 * (b % 5) + b % 3;
+  }
+  check_case(t, 1101);
 }
 
 TEST(VerifyGpu, LongPrefixSplitsAcrossManyCtas) {

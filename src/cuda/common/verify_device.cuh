@@ -259,8 +259,10 @@ __device__ __forceinline__ uint64_t tile_tail_bits(const VerifyKernelParams& kp,
 // What every warp of a CTA knows of a work item in the families that run 16-key blocks (half a
 // 32-key schedule block: the decode and warpspec families): request, row tile, the tile's rows
 // (at most max_rows), the item's prefix blocks, the tail blocks some row of the tile can see, the
-// item's 16-key blocks (two a schedule block) and its output slot (WorkItem). A warp collective
-// (tile_tail_bits).
+// item's 16-key blocks and its output slot (WorkItem). A warp collective (tile_tail_bits).
+// The item's 16-key blocks are two a schedule block, except that the second half of the last
+// tail block is left out when the tail ends in that block's first 16 rows (it holds no key: the
+// one tail row of a q_len = 1 call, the 65th node of a 65-node tree); so n_blocks may be odd.
 struct HalfItem {
   int b, tile, rows, pb_begin, n_pb, n_blocks;
   uint64_t tail_bits;
@@ -278,6 +280,7 @@ __device__ __forceinline__ HalfItem half_item(const VerifyKernelParams& kp, cons
   it.n_pb = max(0, w.pb_end - w.pb_begin);
   it.tail_bits = w.tail ? tile_tail_bits(kp, rs, w.tile, lane) : 0;
   it.n_blocks = 2 * (it.n_pb + __popcll(it.tail_bits));
+  if (it.tail_bits != 0 && rs.q_len - 32 * (63 - __clzll(it.tail_bits)) <= 16) --it.n_blocks;
   return it;
 }
 // 16-key block h of an item: its 32-key schedule block (the block's keys start at

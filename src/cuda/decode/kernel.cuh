@@ -13,8 +13,9 @@
 //
 // Grid: plan.num_ctas persistent CTAs; CTA c takes work items c, c + grid, ... of the schedule's
 // list (one item: a request's 16-row tile and one split of its prefix; the last split also
-// attends the tree tail). A schedule block (32 keys) is two of this kernel's 16-key blocks.
-// Rows past the tile's last row compute on zero Q and are not written.
+// attends the tree tail). A schedule block (32 keys) is two of this kernel's 16-key blocks (but for
+// the tail's last one when its second half holds no key: half_item leaves that half out). Rows past
+// the tile's last row compute on zero Q and are not written.
 //
 // Producer (warp 4): per block, once the 128 compute threads have released the block's stage
 // (empty[s]), copies its 16 rows (rows padded by 32 bytes: 32-byte-aligned copies), the

@@ -39,7 +39,8 @@
 //
 // Grid: plan.num_ctas persistent CTAs; CTA c takes work items c, c + grid, ... of the schedule's
 // list. A schedule block (32 keys) is two of this kernel's blocks; a half with no key is masked
-// whole (at most one a split and one a tail).
+// whole (at most one a split, where the prefix ends), except the tail's last one, which is left
+// out (half_item).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -108,12 +109,13 @@ struct Smem {
 // What both roles know of a work item is a HalfItem (verify_device.cuh): request, row tile,
 // split, and its 16-key blocks. half_item is a warp collective: every warp calls it.
 // The 16-key blocks of an item, without a search per block. Blocks are numbered by the CTA's
-// block count pos (the ring position), which is even at the start of every item (items have an
-// even number of blocks): block pos < tail_pos is half pos % 2 of a prefix block of the split,
-// keys from fbase + 16 pos on, ending at prefix_len; the later ones are the halves of the tail's
-// 32-key blocks (the set bits of tail_bits, lowest first), ending at tail_limit. at(pos) gives
-// the block key_block_at(h / 2, ...) gives for h = pos - pos0; it is called for the item's tail
-// blocks in order (each tail block's second half drops it from rem).
+// block count pos (the ring position); an item starts at pos0 (odd after an item whose last tail
+// half was left out, half_item) and block pos < tail_pos = pos0 + 2 n_pb is half (pos - pos0) % 2
+// of a prefix block of the split, keys from fbase + 16 pos on, ending at prefix_len; the later
+// ones are the halves (pos - tail_pos) % 2 of the tail's 32-key blocks (the set bits of
+// tail_bits, lowest first), ending at tail_limit. at(pos) gives the block key_block_at(h / 2, ...)
+// gives for h = pos - pos0; it is called for the item's tail blocks in order (each tail block's
+// second half drops it from rem).
 struct BlockWalk {
   static constexpr int kSchedN = 32;  // keys a schedule block
   uint32_t fbase;  // (unsigned: pos may be large; the differences are what count)
@@ -136,10 +138,11 @@ struct BlockWalk {
       limit = prefix_len;
       jb = -1;
     } else {
+      const uint32_t half = (pos - tail_pos) & 1u;
       jb = __ffsll(static_cast<long long>(rem)) - 1;
-      first = prefix_len + kSchedN * jb + 16 * static_cast<int>(pos & 1);
+      first = prefix_len + kSchedN * jb + 16 * static_cast<int>(half);
       limit = tail_limit;
-      if (pos & 1) rem &= rem - 1;
+      if (half) rem &= rem - 1;
     }
   }
   // The first block at or after pos0 that needs a mask (blocks before it are whole prefix
@@ -294,8 +297,9 @@ __device__ void score_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
         walk.load(wp, Tr::kScoreThreads);
         int first, limit, jb;
         walk.at(blk, first, limit, jb);
-        if (blk & 1) walk.store_rem(wp, Tr::kScoreThreads);
-        const int hh = blk & 1;  // blk - blk0 = h, blk0 even
+        // the half of its schedule block (tail_pos - pos0 is even)
+        const int hh = static_cast<int>((blk - walk.tail_pos) & 1u);
+        if (jb >= 0 && hh) walk.store_rem(wp, Tr::kScoreThreads);
 #if TREEMLA_KERNEL_MUTATION == 1
         const int mask_jb = -1;  // mutation: every node sees every tail row
 #else
@@ -364,7 +368,7 @@ __device__ __forceinline__ void fetch_row(const VerifyKernelParams& kp, int* cw,
       (static_cast<uint64_t>(static_cast<uint32_t>(w1.y)) << 32) | static_cast<uint32_t>(w1.x);
   int first, limit, jb;
   walk.at(pos, first, limit, jb);
-  if (jb >= 0 && (pos & 1)) walk.store_rem(cw, 1);
+  if (jb >= 0 && ((pos - walk.tail_pos) & 1u)) walk.store_rem(cw, 1);
   t = first + r;
   page = -1;
   if (t >= limit) {
