@@ -203,6 +203,17 @@ inline std::vector<GpuConfig> configs_to_test(const VerifyCase& c) {
   return configs_to_test(int64_t{case_max_q_len(c)} * c.num_heads);
 }
 
+// The largest persistent grid (work items run at once) of the configurations under test, for
+// 16-row requests; 0 when TREEMLA_TEST_FAMILY left none. A batch of more requests than this makes
+// every CTA run more than one item.
+inline int largest_persistent_grid() {
+  int grid = 0;
+  for (const GpuConfig& cfg : configs_to_test(16))
+    grid =
+        std::max(grid, cuda::make_verify_plan({1, 4, 4, 4}, -1, cfg.tile, cfg.family).target_items);
+  return grid;
+}
+
 // item_capacity > 0 replaces the plan's (VerifyPlan::item_capacity: the work items the schedule
 // resolves into its table; a smaller table leaves the workspace's size as it is).
 inline GpuResult run_gpu(DeviceCase& d, const VerifyCase& c, const GpuConfig& cfg, VerifyPart part,
