@@ -95,39 +95,46 @@ __device__ __forceinline__ bool tile_too_long(const VerifyKernelParams& kp, cons
   return kp.sched[it.b].q_len * kp.p.num_heads - it.tile * kBlockM > kDecodeRows;
 }
 
-// The page-table entry of row lane % 16 of block h of an item (-1 past the keys or past the
-// page-table row).
+// The page-table entry of row r of block h of an item (-1 past the keys or past the page-table
+// row).
 __device__ __forceinline__ int row_entry(const VerifyKernelParams& kp, const HalfItem& it, int h,
-                                         int lane) {
+                                         int r) {
   const KeyBlock d = half_block(kp, it, h);
-  const int t = d.t0 + 16 * (h & 1) + (lane & 15);
+  const int t = d.t0 + 16 * (h & 1) + r;
   const int entry = t >> kp.page_shift;
   if (t >= d.limit || entry >= kp.p.page_table_stride) return -1;
   return __ldg(kp.p.page_table + static_cast<int64_t>(it.b) * kp.p.page_table_stride + entry);
 }
-// Row lane % 16 of block h: its row in the cache (-1: zero-filled, the row is not a key or its
-// page is bad), from its page-table entry `page` (row_entry). Lanes < 16 record a bad page index
-// or a row past the page-table row.
+// Row r of block h: its row in the cache (-1: zero-filled, the row is not a key or its page is
+// bad), from its page-table entry `page` (row_entry). A lane with `record` set reports a bad page
+// index or a row past the page-table row (one lane a row).
 __device__ __forceinline__ int64_t row_source(const VerifyKernelParams& kp, const HalfItem& it,
-                                              int h, int lane, int page) {
+                                              int h, int r, int page, bool record) {
   const KeyBlock d = half_block(kp, it, h);
-  const int t = d.t0 + 16 * (h & 1) + (lane & 15);
+  const int t = d.t0 + 16 * (h & 1) + r;
   if (t >= d.limit) return -1;
   if ((t >> kp.page_shift) >= kp.p.page_table_stride) {
-    if (lane < 16) record_status(kp.hdr, kStatusStride, it.b, t, kp.p.page_table_stride);
+    if (record) record_status(kp.hdr, kStatusStride, it.b, t, kp.p.page_table_stride);
     return -1;  // row not mapped
   }
   if (page < 0 || page >= kp.p.num_pages) {
-    if (lane < 16) record_status(kp.hdr, kStatusPage, it.b, page, t);
+    if (record) record_status(kp.hdr, kStatusPage, it.b, page, t);
     return -1;  // zero-filled instead of read
   }
   return static_cast<int64_t>(page) * kp.p.page_size + (t & (kp.p.page_size - 1));
 }
 
-// The producer warp: every block of this CTA's items into the ring.
+// Producer warp pw: rows [pw kProducerRows, +kProducerRows) of every block of this CTA's items
+// into the ring. Lane l < kProducerRows owns row pw kProducerRows + l (its page-table entry, its
+// bulk copy); the other lanes shadow row l % kProducerRows and issue nothing of their own but
+// their share of the cp.async chunks.
 template <typename T, class Tr>
-__device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) {
+__device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm, int pw) {
+  constexpr int kRows = Tr::kProducerRows;
   const int lane = threadIdx.x & 31;
+  const int row0 = pw * kRows;
+  const int my_row = row0 + lane % kRows;
+  const bool owner = lane < kRows;
   const T* kv = static_cast<const T*>(kp.p.kv_cache);
   const bool bulk = use_bulk(kp);
   uint32_t blk = 0;  // 16-key blocks this CTA has run, across items (the ring's position)
@@ -135,17 +142,17 @@ __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) 
   for (int item = blockIdx.x; fetch_item(kp, item, w); item += gridDim.x) {
     const HalfItem it = half_item(kp, w, lane, kDecodeRows);
     if (tile_too_long(kp, it)) continue;
-    int page = it.n_blocks > 0 ? row_entry(kp, it, 0, lane) : -1;
+    int page = it.n_blocks > 0 ? row_entry(kp, it, 0, my_row) : -1;
     for (int h = 0; h < it.n_blocks; ++h, ++blk) {
       const int st = blk % Tr::kStages;
-      const int64_t src = row_source(kp, it, h, lane, page);
-      if (h + 1 < it.n_blocks) page = row_entry(kp, it, h + 1, lane);  // lands during the wait
+      const int64_t src = row_source(kp, it, h, my_row, page, owner);
+      if (h + 1 < it.n_blocks) page = row_entry(kp, it, h + 1, my_row);  // lands during the wait
       mbar_wait(sm.empty(st), ((blk / Tr::kStages) & 1) ^ 1);
       const uint32_t dst = sm.stage(st);
       if (bulk) {
 #if __CUDA_ARCH__ >= 900
-        if (lane < 16) {
-          const uint32_t drow = dst + stage_offset<Tr>(lane, 0);
+        if (owner) {
+          const uint32_t drow = dst + stage_offset<Tr>(my_row, 0);
           if (src >= 0) {
             mbar_arrive_expect_tx(sm.full(st), kHeadDimQK * 2);
             bulk_copy_g2s(drow, kv + src * kHeadDimQK, kHeadDimQK * 2, sm.full(st));
@@ -159,13 +166,13 @@ __device__ void producer_role(const VerifyKernelParams& kp, const Smem<Tr>& sm) 
         }
 #endif
       } else {
-        // Row r: 16-byte chunks lane, lane + 32 and (lanes < 8) lane + 64 of its 72.
+        // Row row0 + r: 16-byte chunks lane, lane + 32 and (lanes < 8) lane + 64 of its 72.
 #pragma unroll 4
-        for (int r = 0; r < Tr::kBlockN; ++r) {
+        for (int r = 0; r < kRows; ++r) {
           const long long row = __shfl_sync(0xffffffffu, static_cast<long long>(src), r);
           const int bytes = row >= 0 ? 16 : 0;
           const T* s = kv + (row >= 0 ? row : 0) * kHeadDimQK + lane * 8;
-          const uint32_t d = dst + stage_offset<Tr>(r, lane * 8);
+          const uint32_t d = dst + stage_offset<Tr>(row0 + r, lane * 8);
           cp_async_16(d, s, bytes);
           cp_async_16(d + 512, s + 256, bytes);
           if (lane < 8) cp_async_16(d + 1024, s + 512, bytes);
@@ -344,7 +351,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     if (threadIdx.x == 0) {
       for (int s = 0; s < Tr::kStages; ++s) {
         // Bulk copies: one arrival a row (with its bytes); cp.async: one a producer lane.
-        mbar_init(sm.full(s), use_bulk(kp) ? 16 : 32);
+        mbar_init(sm.full(s), use_bulk(kp) ? Tr::kBlockN : 32 * Tr::kProducerWarps);
         mbar_init(sm.empty(s), Tr::kComputeThreads);  // every compute thread, after reading
       }
     }
@@ -354,7 +361,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     if (threadIdx.x < Tr::kComputeThreads)
       compute_role<T, Tr>(kp, sm);
     else
-      producer_role<T, Tr>(kp, sm);
+      producer_role<T, Tr>(kp, sm, (threadIdx.x - Tr::kComputeThreads) >> 5);
   } else {
     __trap();  // this tile configuration does not fit this architecture's shared memory
   }

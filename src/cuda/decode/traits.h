@@ -23,7 +23,11 @@ struct DecodeTraits {
   // then O += P V for the output columns [kOCols w, +kOCols). Warp 4 is the producer.
   static constexpr int kComputeWarps = 4;
   static constexpr int kComputeThreads = kComputeWarps * 32;
-  static constexpr int kThreads = kComputeThreads + 32;
+  // Warps 4 .. 4 + kProducerWarps - 1 copy the rows: producer warp p the kBlockN / kProducerWarps
+  // rows [p kProducerRows, +kProducerRows) of every block, so each issues half the copies.
+  static constexpr int kProducerWarps = 2;
+  static constexpr int kProducerRows = kBlockN / kProducerWarps;
+  static constexpr int kThreads = kComputeThreads + 32 * kProducerWarps;
   static constexpr int kOCols = kHeadDimV / kComputeWarps;
   static constexpr int kOTiles = kOCols / 8;  // n8 tiles of O a warp owns
   // Launch bounds: two CTAs an SM where the SM's shared memory holds two (sm_90, sm_100: 228 KB;
@@ -53,6 +57,7 @@ struct DecodeTraits {
   static_assert(kComputeWarps * 144 == kHeadDimQK, "a warp's partial S: 144 columns");
   static_assert(kStages >= 2, "one stage computed while the next lands");
   static_assert(kOffBars % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert(kBlockN % kProducerWarps == 0 && kProducerRows <= 32, "whole rows a producer warp");
   static_assert(sizeof(T) == 2, "16-bit elements");
 };
 
