@@ -17,6 +17,7 @@
 
 #include "cuda/arch.h"
 #include "cuda/common/verify_kernel_params.h"
+#include "cuda/decode/traits.h"
 #include "cuda/dispatch.h"
 #include "cuda/smxx/kernels.h"
 #include "treemla/cuda/check.h"
@@ -73,11 +74,20 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     return e ? std::atoi(e) : 0;
   }();
   kp.wait_mode = wait_mode;
-  static const int decode_cpasync = [] {
+  // The decode family's copies on sm_90 and newer: cp.async for pages of fewer than
+  // kDecodeBulkMinPage rows, where each row of a block comes from somewhere else, bulk copies a row
+  // for larger pages (sm_80 .. sm_89 always take cp.async). TREEMLA_DECODE_COPY=cpasync or =bulk
+  // (a measurement and test switch) forces one path.
+  static const int decode_copy_env = [] {
     const char* e = std::getenv("TREEMLA_DECODE_COPY");
-    return e != nullptr && std::string(e) == "cpasync" ? 1 : 0;
+    if (e == nullptr) return -1;
+    const std::string v(e);
+    TREEMLA_CHECK(v == "cpasync" || v == "bulk",
+                  "TREEMLA_DECODE_COPY must be cpasync or bulk (got " << v << ")");
+    return v == "cpasync" ? 1 : 0;
   }();
-  kp.decode_cpasync = decode_cpasync;
+  kp.decode_cpasync =
+      decode_copy_env >= 0 ? decode_copy_env : (p.page_size < kDecodeBulkMinPage ? 1 : 0);
   // The refined last wave's threshold (schedule.cu): taken when its estimate is under 96% (sm90a)
   // or 97% (the other families) of the best plain one. Measured on the H200, seventeenth session
   // (docs/verify-kernel.md, "The refined last wave"); TREEMLA_REFINE_PCT overrides it.
