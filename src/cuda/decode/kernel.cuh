@@ -1,6 +1,6 @@
 // The decode verify family: row tiles of at most 16 rows (q_len * H <= 16, e.g. q_len = 1 with
-// H <= 16), mma.sync m16n8k16 + ldmatrix on 4 compute warps, the KV rows copied by a producer
-// warp into an mbarrier ring of 16-key stages, sm_80 .. sm_120. The plan picks it when the
+// H <= 16), mma.sync m16n8k16 + ldmatrix on 4 compute warps, the KV rows copied by two producer
+// warps into an mbarrier ring of 16-key stages, sm_80 .. sm_120. The plan picks it when the
 // caller bounds every request's q_len (VerifyLimits::max_q_len) so that q_len * H <= 16; the
 // schedule then rejects longer requests on the device (kStatusQLen).
 //
@@ -17,15 +17,16 @@
 // the tail's last one when its second half holds no key: half_item leaves that half out). Rows past
 // the tile's last row compute on zero Q and are not written.
 //
-// Producer (warp 4): per block, once the 128 compute threads have released the block's stage
-// (empty[s]), copies its 16 rows (rows padded by 32 bytes: 32-byte-aligned copies), the
-// page-table entries loaded a block ahead. sm_90 and newer, pages of at least kDecodeBulkMinPage
-// rows: lane r < 16 copies row r with one bulk copy of its 1,152 bytes, counted on full[s] with
-// its bytes (a row that is not a key is zero-filled). sm_80 .. sm_89, and smaller pages: 16-byte
-// cp.async by the 32 lanes, 512 contiguous bytes of a row an instruction, and one counted arrival
-// a lane (cp.async.mbarrier.arrive). VerifyKernelParams::decode_cpasync carries the choice
-// (verify_api.cu; TREEMLA_DECODE_COPY forces either). The producer runs ahead across items (the ring's parities come from
-// a per-CTA block count both roles keep).
+// Producers (warps 4 and 5, Tr::kProducerWarps): per block, once the 128 compute threads have
+// released the block's stage (empty[s]), producer warp p copies rows [8 p, 8 p + 8) of the block
+// (rows padded by 32 bytes: 32-byte-aligned copies), the page-table entries loaded a block ahead,
+// so each warp issues half of a block's copies. sm_90 and newer, pages of at least
+// kDecodeBulkMinPage rows: lane r < 8 copies its row with one bulk copy of its 1,152 bytes,
+// counted on full[s] with its bytes (a row that is not a key is zero-filled). sm_80 .. sm_89, and
+// smaller pages: 16-byte cp.async by the 32 lanes, 512 contiguous bytes of a row an instruction,
+// and one counted arrival a lane (cp.async.mbarrier.arrive). VerifyKernelParams::decode_cpasync
+// carries the choice (verify_api.cu; TREEMLA_DECODE_COPY forces either). The producers run ahead
+// across items (the ring's parities come from a per-CTA block count every warp keeps).
 // Compute warp w, per block: a partial S[16 x 16] = Q[:, C] K^T over the 144 columns
 // C = [144 w, +144) (Q fragments in registers, 36 a thread) into a double-buffered shared buffer
 // (fp32); after a barrier of the compute warps every warp adds the four partials in the same

@@ -1,6 +1,6 @@
 // Tile configuration of the decode verify family (src/cuda/decode/kernel.cuh): row tiles of at
-// most 16 rows (q_len * H <= 16, e.g. q_len = 1 with H <= 16), mma.sync on 4 compute warps, a
-// producer warp that copies the KV rows into an mbarrier ring of 16-key stages (bulk copies on
+// most 16 rows (q_len * H <= 16, e.g. q_len = 1 with H <= 16), mma.sync on 4 compute warps, two
+// producer warps that copy the KV rows into an mbarrier ring of 16-key stages (bulk copies on
 // sm_90 and newer for pages of kDecodeBulkMinPage rows or more, cp.async for smaller pages and
 // before sm_90), sm_80 .. sm_120, and its shared-memory plan. A CTA is small
 // (one 16-row tile), so two of them share an SM where the shared memory allows it.
@@ -37,8 +37,8 @@ struct DecodeTraits {
   static constexpr int kOCols = kHeadDimV / kComputeWarps;
   static constexpr int kOTiles = kOCols / 8;  // n8 tiles of O a warp owns
   // Launch bounds: two CTAs an SM where the SM's shared memory holds two (sm_90, sm_100: 228 KB;
-  // five warps a CTA leave 168 registers a thread), one elsewhere (sm_80: 164 KB; sm_86, sm_89,
-  // sm_120: 100 KB).
+  // six warps a CTA, 12 an SM, three a scheduler, leave 170 registers a thread: 168 on sm_90a,
+  // as with five), one elsewhere (sm_80: 164 KB; sm_86, sm_89, sm_120: 100 KB).
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000)
   static constexpr int kCtasPerSm = 2;
 #else
