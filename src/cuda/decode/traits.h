@@ -26,7 +26,7 @@ struct DecodeTraits {
   static constexpr int kBlockN = 16;        // keys a stage (half of the schedule's 32-key block)
   static constexpr int kStages = kStages_;  // stages in the ring
   // Compute warp w: a partial S over the 144 columns [144 w, +144) for the 16 keys of a block,
-  // then O += P V for the output columns [kOCols w, +kOCols). Warp 4 is the producer.
+  // then O += P V for the output columns [kOCols w, +kOCols).
   static constexpr int kComputeWarps = 4;
   static constexpr int kComputeThreads = kComputeWarps * 32;
   // Warps 4 .. 4 + kProducerWarps - 1 copy the rows: producer warp p the kBlockN / kProducerWarps
