@@ -17,7 +17,6 @@
 
 #include "cuda/arch.h"
 #include "cuda/common/verify_kernel_params.h"
-#include "cuda/decode/traits.h"
 #include "cuda/dispatch.h"
 #include "cuda/smxx/kernels.h"
 #include "treemla/cuda/check.h"
@@ -74,20 +73,20 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
     return e ? std::atoi(e) : 0;
   }();
   kp.wait_mode = wait_mode;
-  // The decode family's copies on sm_90 and newer: cp.async for pages of fewer than
-  // kDecodeBulkMinPage rows, where each row of a block comes from somewhere else, bulk copies a row
-  // for larger pages (sm_80 .. sm_89 always take cp.async). TREEMLA_DECODE_COPY=cpasync or =bulk
-  // (a measurement and test switch) forces one path.
+  // The decode family's copies: bulk copies a row on sm_90 and newer, at every page size (with
+  // its two producer warps, measured on an H200 in the forty-second session, bulk copies were
+  // faster than cp.async at page sizes 1 to 64; docs/verify-kernel.md, "Two producer warps");
+  // sm_80 .. sm_89 always take cp.async. TREEMLA_DECODE_COPY=cpasync or =bulk (a measurement and
+  // test switch) forces one path.
   static const int decode_copy_env = [] {
     const char* e = std::getenv("TREEMLA_DECODE_COPY");
-    if (e == nullptr) return -1;
+    if (e == nullptr) return 0;
     const std::string v(e);
     TREEMLA_CHECK(v == "cpasync" || v == "bulk",
                   "TREEMLA_DECODE_COPY must be cpasync or bulk (got " << v << ")");
     return v == "cpasync" ? 1 : 0;
   }();
-  kp.decode_cpasync =
-      decode_copy_env >= 0 ? decode_copy_env : (p.page_size < kDecodeBulkMinPage ? 1 : 0);
+  kp.decode_cpasync = decode_copy_env;
   // The refined last wave's threshold (schedule.cu): taken when its estimate is under 96% (sm90a)
   // or 97% (the other families) of the best plain one. Measured on the H200, seventeenth session
   // (docs/verify-kernel.md, "The refined last wave"); TREEMLA_REFINE_PCT overrides it.

@@ -509,7 +509,7 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
       cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kSmem99K);
   EXPECT_EQ(dec.family, cuda::KernelFamily::kDecode);
   EXPECT_EQ(dec.tile, cuda::TileConfig::kSmem99K);
-  EXPECT_EQ(dec.threads, 160);  // 4 compute warps and the producer warp
+  EXPECT_EQ(dec.threads, 192);  // 4 compute warps and the 2 producer warps
   EXPECT_NE(cuda::make_verify_plan({8, 8, 32, 1}, -1, cuda::TileConfig::kSmem99K).family,
             cuda::KernelFamily::kDecode);
   EXPECT_EQ(cuda::make_verify_plan({8, 8, 16, 1}, -1, cuda::TileConfig::kAuto,

@@ -160,20 +160,20 @@ void print_targets(std::ostream& os, const std::vector<Row>& rows) {
     if (c.heads * c.q_len >= 256 && c.prefix >= 16384)
       fmt::print(
           os,
-          "compute-bound  {:<18} B={} H={} q={} L={}: {:.1f}% of mma.sync peak (target >= 60%)\n",
-          tn, c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_mma);
+          "compute-bound  {:<18} B={} H={} q={} L={} page={}: {:.1f}% of mma.sync peak (target >= "
+          "60%)\n",
+          tn, c.batch, c.heads, c.q_len, c.prefix, c.page_size, 100 * r.frac_mma);
     if (r.family == "sm90a" && r.frac_wgmma > 0 && c.heads * c.q_len >= 256 && c.prefix >= 16384)
       fmt::print(os,
-                 "wgmma          {:<18} B={} H={} q={} L={}: {:.1f}% of the wgmma peak (target >= "
-                 "85% at 1,128,64,131072)\n",
-                 tn, c.batch, c.heads, c.q_len, c.prefix, 100 * r.frac_wgmma);
+                 "wgmma          {:<18} B={} H={} q={} L={} page={}: {:.1f}% of the wgmma peak "
+                 "(target >= 85% at 1,128,64,131072)\n",
+                 tn, c.batch, c.heads, c.q_len, c.prefix, c.page_size, 100 * r.frac_wgmma);
     if (c.q_len == 1 && c.heads >= 8 && c.heads <= 16 && c.prefix >= 32768)
       fmt::print(os,
-                 "memory-bound   {:<18} B={} H={} q=1 L={}: {:.1f}% of HBM read (target >= 90%); "
-                 "the same pages "
-                 "read by a plain copy: {:.1f}% of HBM at full occupancy, {:.1f}% with one 8-warp "
-                 "CTA per SM\n",
-                 tn, c.batch, c.heads, c.prefix, 100 * r.frac_hbm,
+                 "memory-bound   {:<18} B={} H={} q=1 L={} page={}: {:.1f}% of HBM read (target >= "
+                 "90%); the same pages read by a plain copy: {:.1f}% of HBM at full occupancy, "
+                 "{:.1f}% with one 8-warp CTA per SM\n",
+                 tn, c.batch, c.heads, c.prefix, c.page_size, 100 * r.frac_hbm,
                  100 * r.paged_read_gbps * r.frac_hbm / r.kv_gbps,
                  100 * r.paged_read_1cta_gbps * r.frac_hbm / r.kv_gbps);
     if (c.prefix == 32768 && c.q_len == 65)

@@ -135,9 +135,9 @@ struct VerifyKernelParams {
   // peer exchange waits); timing ablations that give WRONG results: 8 skips the peer exchange,
   // 32 the P V products, 64 the Q K^T products.
   int wait_mode;
-  // The decode family's copies (verify_api.cu): 0 bulk copies where the device has them (sm_90
-  // and newer), 1 cp.async everywhere (the path of sm_80 .. sm_89). 1 for pages of fewer than
-  // kDecodeBulkMinPage rows; TREEMLA_DECODE_COPY (a measurement and test switch) forces either.
+  // The decode family's copies (verify_api.cu; TREEMLA_DECODE_COPY, a measurement and test
+  // switch): 0 bulk copies where the device has them (sm_90 and newer), 1 cp.async everywhere
+  // (the path of sm_80 .. sm_89).
   int decode_cpasync;
   // The schedule takes a refined last wave when its estimate is below refine_pct % of the best
   // plain one's (96 for sm90a, 97 for the other families; TREEMLA_REFINE_PCT, a measurement

@@ -20,12 +20,12 @@
 // Producers (warps 4 and 5, Tr::kProducerWarps): per block, once the 128 compute threads have
 // released the block's stage (empty[s]), producer warp p copies rows [8 p, 8 p + 8) of the block
 // (rows padded by 32 bytes: 32-byte-aligned copies), the page-table entries loaded a block ahead,
-// so each warp issues half of a block's copies. sm_90 and newer, pages of at least
-// kDecodeBulkMinPage rows: lane r < 8 copies its row with one bulk copy of its 1,152 bytes,
-// counted on full[s] with its bytes (a row that is not a key is zero-filled). sm_80 .. sm_89, and
-// smaller pages: 16-byte cp.async by the 32 lanes, 512 contiguous bytes of a row an instruction,
-// and one counted arrival a lane (cp.async.mbarrier.arrive). VerifyKernelParams::decode_cpasync
-// carries the choice (verify_api.cu; TREEMLA_DECODE_COPY forces either). The producers run ahead
+// so each warp issues half of a block's copies. sm_90 and newer: lane r < 8 copies its row with
+// one bulk copy of its 1,152 bytes, counted on full[s] with its bytes (a row that is not a key is
+// zero-filled). sm_80 .. sm_89: 16-byte cp.async by the 32 lanes, 512 contiguous bytes of a row an
+// instruction, and one counted arrival a lane (cp.async.mbarrier.arrive).
+// VerifyKernelParams::decode_cpasync carries the choice (verify_api.cu; TREEMLA_DECODE_COPY
+// forces either, a measurement and test switch). The producers run ahead
 // across items (the ring's parities come from a per-CTA block count every warp keeps).
 // Compute warp w, per block: a partial S[16 x 16] = Q[:, C] K^T over the 144 columns
 // C = [144 w, +144) (Q fragments in registers, 36 a thread) into a double-buffered shared buffer
@@ -79,8 +79,8 @@ __device__ __forceinline__ uint32_t stage_offset(int r, int col) {
   return (r * Tr::kRowStride + col) * 2;
 }
 
-// Whether this CTA's producer uses bulk copies (sm_90 and newer, unless the call's pages are
-// small or the measurement switch asks for cp.async: kp.decode_cpasync).
+// Whether this CTA's producers use bulk copies (sm_90 and newer, unless the measurement switch
+// asks for cp.async: kp.decode_cpasync).
 __device__ __forceinline__ bool use_bulk(const VerifyKernelParams& kp) {
 #if __CUDA_ARCH__ >= 900
   return kp.decode_cpasync == 0;

@@ -1,8 +1,7 @@
 // Tile configuration of the decode verify family (src/cuda/decode/kernel.cuh): row tiles of at
 // most 16 rows (q_len * H <= 16, e.g. q_len = 1 with H <= 16), mma.sync on 4 compute warps, two
 // producer warps that copy the KV rows into an mbarrier ring of 16-key stages (bulk copies on
-// sm_90 and newer for pages of kDecodeBulkMinPage rows or more, cp.async for smaller pages and
-// before sm_90), sm_80 .. sm_120, and its shared-memory plan. A CTA is small
+// sm_90 and newer, cp.async before), sm_80 .. sm_120, and its shared-memory plan. A CTA is small
 // (one 16-row tile), so two of them share an SM where the shared memory allows it.
 #pragma once
 
@@ -13,11 +12,6 @@ namespace treemla::cuda {
 
 // Rows of the decode family's tile: one m16 tile of mma.sync.
 constexpr int kDecodeRows = 16;
-// Pages of at least this many rows get the producer's bulk copies (one a row) on sm_90 and
-// newer; smaller pages get its cp.async copies (kernel.cuh). Measured on an H100 (forty-first
-// session, docs/verify-kernel.md "The copies by page size"): at page size 1 cp.async is 3-4%
-// faster, at 16 level, at 64 bulk 0.2-0.7% faster.
-constexpr int kDecodeBulkMinPage = 16;
 
 template <typename T, int kStages_>
 struct DecodeTraits {
