@@ -9,12 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "common/env_switch.h"
 #include "cuda/arch.h"
 #include "cuda/common/verify_kernel_params.h"
 #include "cuda/dispatch.h"
@@ -68,32 +68,22 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.pair_rows = kernel_entry(plan.family, p.dtype, plan.tile).pair_rows;
   kp.max_q_len = plan.limits.max_q_len > 0 ? plan.limits.max_q_len : kMaxTreeNodes;
   kp.max_waves = kp.pair_rows > 0 ? 1 : std::max(1, plan.partial_slots / plan.target_items);
-  static const int wait_mode = [] {
-    const char* e = std::getenv("TREEMLA_WAIT_MODE");
-    return e ? std::atoi(e) : 0;
-  }();
+  // The cluster family's timing ablations (a bit mask; cluster/kernel.cuh): a measurement switch.
+  static const int wait_mode = static_cast<int>(detail::env_int("TREEMLA_WAIT_MODE", 0, 127, 0));
   kp.wait_mode = wait_mode;
   // The decode family's copies: bulk copies a row on sm_90 and newer, at every page size (with
   // its two producer warps, measured on an H200 in the forty-second session, bulk copies were
   // faster than cp.async at page sizes 1 to 64; docs/verify-kernel.md, "Two producer warps");
   // sm_80 .. sm_89 always take cp.async. TREEMLA_DECODE_COPY=cpasync or =bulk (a measurement and
   // test switch) forces one path.
-  static const int decode_copy_env = [] {
-    const char* e = std::getenv("TREEMLA_DECODE_COPY");
-    if (e == nullptr) return 0;
-    const std::string v(e);
-    TREEMLA_CHECK(v == "cpasync" || v == "bulk",
-                  "TREEMLA_DECODE_COPY must be cpasync or bulk (got " << v << ")");
-    return v == "cpasync" ? 1 : 0;
-  }();
+  static const int decode_copy_env =
+      detail::env_choice("TREEMLA_DECODE_COPY", {"bulk", "cpasync"}, 0);
   kp.decode_cpasync = decode_copy_env;
   // The refined last wave's threshold (schedule.cu): taken when its estimate is under 96% (sm90a)
   // or 97% (the other families) of the best plain one. Measured on the H200, seventeenth session
   // (docs/verify-kernel.md, "The refined last wave"); TREEMLA_REFINE_PCT overrides it.
-  static const int refine_pct_env = [] {
-    const char* e = std::getenv("TREEMLA_REFINE_PCT");
-    return e ? std::atoi(e) : -1;
-  }();
+  static const int refine_pct_env =
+      static_cast<int>(detail::env_int("TREEMLA_REFINE_PCT", 0, 1000, -1));
   const bool sm90a = plan.family == KernelFamily::kSm90a;
   kp.refine_pct = refine_pct_env >= 0 ? refine_pct_env : refine_pct_for(sm90a);
   kp.split_align = split_align_for(sm90a);  // splits on 64-key boundaries for sm90a (even_part)
@@ -101,12 +91,9 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   // row and of several; TREEMLA_TAIL_WEIGHT="ONE,TREE" (a measurement switch) overrides the
   // family's.
   static const std::pair<int, int> tail_env = [] {
-    const char* e = std::getenv("TREEMLA_TAIL_WEIGHT");
-    if (e == nullptr) return std::pair<int, int>{-1, -1};
-    int one = -1, tree = -1;
-    TREEMLA_CHECK(std::sscanf(e, "%d,%d", &one, &tree) == 2 && one >= 0 && tree >= 0,
-                  "TREEMLA_TAIL_WEIGHT must be two counts ONE,TREE (got " << e << ")");
-    return std::pair<int, int>{one, tree};
+    const std::vector<long> w = detail::env_ints("TREEMLA_TAIL_WEIGHT", 2, 0, 1 << 20);
+    return w.empty() ? std::pair<int, int>{-1, -1}
+                     : std::pair<int, int>{static_cast<int>(w[0]), static_cast<int>(w[1])};
   }();
   const TailWeights tw = tail_weights_for(plan.family);
   kp.tail_w_one = tail_env.first >= 0 ? tail_env.first : tw.one;
@@ -133,15 +120,8 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
 // default below.
 enum class Sm90aKernel { kAuto, kCpAsync, kTma };
 Sm90aKernel sm90a_kernel_switch() {
-  static const Sm90aKernel k = [] {
-    const char* e = std::getenv("TREEMLA_SM90A_KERNEL");
-    const std::string v = e ? e : "auto";
-    if (v == "cpasync") return Sm90aKernel::kCpAsync;
-    if (v == "tma") return Sm90aKernel::kTma;
-    TREEMLA_CHECK(v == "auto",
-                  "TREEMLA_SM90A_KERNEL must be auto, cpasync or tma (got " << v << ")");
-    return Sm90aKernel::kAuto;
-  }();
+  static const Sm90aKernel k = static_cast<Sm90aKernel>(
+      detail::env_choice("TREEMLA_SM90A_KERNEL", {"auto", "cpasync", "tma"}, 0));
   return k;
 }
 
@@ -180,14 +160,12 @@ void encode_kv_maps(const VerifyParams& p, VerifyKernelParams& kp) {
                   "the CUDA driver has no cuTensorMapEncodeTiled (the sm90a TMA kernel needs it)");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
-  // PROBE: TREEMLA_TMA_L2 = none, 64, 128 or 256 (default) picks the maps' L2 promotion.
+  // TREEMLA_TMA_L2 = none, 64, 128 or 256 (default), a measurement switch: the maps' L2 promotion.
   static const CUtensorMapL2promotion promo = [] {
-    const char* e = std::getenv("TREEMLA_TMA_L2");
-    const std::string v = e ? e : "256";
-    return v == "none"  ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-           : v == "64"  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-           : v == "128" ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                        : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    constexpr CUtensorMapL2promotion by_choice[] = {
+        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B};
+    return by_choice[detail::env_choice("TREEMLA_TMA_L2", {"none", "64", "128", "256"}, 3)];
   }();
   const DType kv = kv_dtype_of(p);
   const size_t row_bytes = static_cast<size_t>(kHeadDimQK) * dtype_size(kv);
