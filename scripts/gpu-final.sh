@@ -14,6 +14,11 @@
 #   mutations:F  .gpu/treemla_gpu_tests_mut{1,2,3} (scripts/build-mutations.sh, family F) and the
 #             unmutated tests on F's mutation-sensitive tests (mutations-F.log; $MUT_FILTER
 #             replaces the gtest filter)
+#   rounds:N  A/B rounds: .gpu/treemla (the baseline, named "main") and each .gpu/treemla-<name>,
+#             alternated N times in one call, the order reversed every other round, each at
+#             $VAR_CASES (the bench step's cases) for the families in $VAR_FAMILIES (sm90a) and
+#             tiles $VAR_TILES (smem-large); then scripts/bench-compare.py of every candidate
+#             against the baseline's rounds (rounds-<name>.md) and the raw tables in rounds.tgz
 #   env:V=X   the sm90a rows of .gpu/treemla with environment variable V set to X (for builds
 #             that read a measurement switch; e.g. the cluster family's TREEMLA_WAIT_MODE,
 #             verify_kernel_params.h, has none for sm90a today)
@@ -88,6 +93,28 @@ for step in $STEPS; do
           > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
         grep -E "^(sm90a|cpasync|cluster|decode|warpspec|#) " $OUT/bench-variant-$n.txt | cut -c1-112
       done ;;
+    rounds:*)
+      n=${step#rounds:}
+      rm -rf /tmp/rounds && mkdir -p /tmp/rounds
+      vs="$G/treemla"; for v in $G/treemla-*; do [ -e "$v" ] && vs="$vs $v"; done
+      for r in $(seq 1 "$n"); do
+        order=$vs; [ $((r % 2)) = 0 ] && order=$(echo $vs | tr ' ' '\n' | tac | tr '\n' ' ')
+        for v in $order; do
+          nm=main; [ "$v" != "$G/treemla" ] && nm=${v##*/treemla-}
+          timeout 150 $v bench --cases "${VAR_CASES:-$PEERS;$EXTRA}" --families "${VAR_FAMILIES:-sm90a}" \
+            --tiles "${VAR_TILES:-smem-large}" --reps 10 --commit "$C-$nm" \
+            --json /tmp/rounds/round$r-$nm.json > /tmp/rounds/round$r-$nm.txt 2>&1
+          t "round $r $nm rc=$?"
+        done
+      done
+      for v in $vs; do
+        [ "$v" = "$G/treemla" ] && continue
+        nm=${v##*/treemla-}
+        python3 scripts/bench-compare.py --baseline-runs /tmp/rounds/round*-main.json \
+          --candidate-runs /tmp/rounds/round*-$nm.json > $OUT/rounds-$nm.md 2>&1
+        cat $OUT/rounds-$nm.md
+      done
+      tar -C /tmp -czf $OUT/rounds.tgz rounds ;;
     env:*)
       kv=${step#env:}
       env "$kv" timeout 100 $G/treemla bench --cases "$PEERS;$EXTRA" --families sm90a \
