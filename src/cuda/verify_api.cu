@@ -73,9 +73,10 @@ VerifyKernelParams kernel_params(const VerifyParams& p, const VerifyPlan& plan, 
   kp.wait_mode = wait_mode;
   // The decode family's copies: bulk copies a row on sm_90 and newer, at every page size (with
   // its two producer warps, measured on an H200 in the forty-second session, bulk copies were
-  // faster than cp.async at page sizes 1 to 64; docs/verify-kernel.md, "Two producer warps");
-  // sm_80 .. sm_89 always take cp.async. TREEMLA_DECODE_COPY=cpasync or =bulk (a measurement and
-  // test switch) forces one path.
+  // faster than cp.async at page sizes 1 to 64; on an H100 in the forty-third, cp.async
+  // was 1.5-3.2% faster at page sizes 1 and 4 and level from 16; the targets' card decides;
+  // docs/verify-kernel.md, "Two producer warps"); sm_80 .. sm_89 always take cp.async.
+  // TREEMLA_DECODE_COPY=cpasync or =bulk (a measurement and test switch) forces one path.
   static const int decode_copy_env =
       detail::env_choice("TREEMLA_DECODE_COPY", {"bulk", "cpasync"}, 0);
   kp.decode_cpasync = decode_copy_env;
