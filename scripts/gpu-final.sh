@@ -147,7 +147,10 @@ for step in $STEPS; do
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl > $OUT/pip.log 2>&1
       export PYTHONPATH=/tmp/site FLASHINFER_CUDA_ARCH_LIST=9.0a PYTHONUNBUFFERED=1
-      timeout 420 python3 bench/peers.py --cases "$PEERS" --impls fa2,fa3 --json $OUT/peers.json \
+      # SGLang's Triton path too when bench/fetch-peers.sh put its files in .peers (peers.py skips
+      # it, saying why, if they do not load)
+      impls=fa2,fa3; [ -d .peers/sglang/sglang ] && impls=fa2,fa3,sglang
+      timeout 420 python3 bench/peers.py --cases "$PEERS" --impls $impls --json $OUT/peers.json \
         --commit "$C" --bench-json $OUT/bench.json > $OUT/peers.txt 2>&1; t "peers rc=$?"
       tail -30 $OUT/peers.txt ;;
   esac
