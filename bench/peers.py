@@ -203,10 +203,11 @@ def time_sglang(torch, extend_fwd, case, reps):
         kx = (torch.rand(b * q, 1, 576, device=dev) * 2 - 1).to(torch.bfloat16)
         vx = kx[..., :512].contiguous()
         ox = torch.empty(b * q, h, 512, device=dev, dtype=torch.bfloat16)
-        one = torch.ones(1, device=dev, dtype=torch.float32)
-        calls.append(lambda qx=qx, kx=kx, vx=vx, ox=ox, kbuf=kbuf, vbuf=vbuf, one=one: extend_fwd(
+        # k_scale and v_scale are Python floats: the kernel multiplies the scores by them as
+        # scalars (a tensor there is a pointer argument, which its Triton code cannot multiply).
+        calls.append(lambda qx=qx, kx=kx, vx=vx, ox=ox, kbuf=kbuf, vbuf=vbuf: extend_fwd(
             qx, kx, vx, ox, kbuf, vbuf, qo_indptr, kv_indptr, kv_indices, custom_mask, False, mask_indptr, q,
-            one, one, sm_scale=1.0 / math.sqrt(576), skip_prefix_custom_mask=True))
+            1.0, 1.0, sm_scale=1.0 / math.sqrt(576), skip_prefix_custom_mask=True))
     return graph_time_us(torch, calls, max(3, reps // 4))
 
 
@@ -294,7 +295,9 @@ def main():
                         continue
                     us = time_sglang(torch, extend_fwd, case, args.reps)
             except Exception as e:
-                skipped.append(f"{impl} {case} ({type(e).__name__}: {str(e)[:200]})")
+                # the end of the message: a Triton CompilationError puts the source excerpt first
+                # and the reason last
+                skipped.append(f"{impl} {case} ({type(e).__name__}: {str(e)[-300:]})")
                 continue
             b, h, q, l, ps = case
             results.append({"impl": impl, "batch": b, "heads": h, "q_len": q, "prefix": l,
