@@ -7,8 +7,10 @@ Peers (installed from PyPI when the benchmark runs; nothing of theirs is in this
             mask, so it computes the prefix part only: every query row attends the whole prefix.
   sglang    SGLang's Triton extend_attention_fwd (sglang 0.5.23) with the tree mask over a page-1
             cache: what a serving engine runs for tree verify on MLA today.
-FlashMLA is not among them: it has no wheel on PyPI (checked 2026-11-30: pip finds no
-distribution of flash-mla or flash_mla), so fa3 is the Hopper wgmma peer.
+FlashMLA is not among them: PyPI has no wheel of it (checked 2026-12-08: only flash-mla
+1.0.0.dev0, a 6 KB source archive of its first release, whose setup.py needs torch to run and
+fetches CUTLASS as a git submodule that the archive does not carry, so it does not build from
+PyPI), so fa3 is the Hopper wgmma peer.
 
 Method, the same as `treemla bench`: random bf16 inputs, pages scattered in a random order,
 enough copies of the cache that one rotation touches more than 3x the L2; one CUDA graph holds
