@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds one commit's GPU binaries for the device machine (sm_90a SASS only: the H100/H200 there)
 # into .gpu/, from a git worktree, so that a baseline and candidates built from different commits
-# can run side by side in one call (scripts/gpu-final.sh, steps "rounds:N", "variants", "tests").
+# can run side by side in one call (scripts/gpu-final.sh, steps "rounds:N" and "tests").
 # Usage: scripts/build-gpu-binaries.sh REF [NAME]
 #   without NAME: .gpu/treemla and .gpu/treemla_gpu_tests (the call's baseline and its tests)
 #   with NAME:    .gpu/treemla-NAME and .gpu/treemla_gpu_tests-NAME (a candidate)

@@ -9,12 +9,11 @@
 #             the decode family on its own tests)
 #   bench     treemla bench at the peers' shapes, every family and tile, plus the fixed-cost,
 #             page-size-1 and tail cases (bench.json / bench.txt)
-#   variants  each .gpu/treemla-<name> (experiments): the rows of the families in $VAR_FAMILIES
-#             (sm90a), tiles $VAR_TILES (smem-large), at $VAR_CASES (the bench step's cases)
 #   mutations:F  .gpu/treemla_gpu_tests_mut{1,2,3} (scripts/build-mutations.sh, family F) and the
 #             unmutated tests on F's mutation-sensitive tests (mutations-F.log; $MUT_FILTER
 #             replaces the gtest filter)
-#   rounds:N  A/B rounds: .gpu/treemla (the baseline, named "main") and each .gpu/treemla-<name>,
+#   rounds:N  A/B rounds (experiments): .gpu/treemla (the baseline, named "main") and each
+#             .gpu/treemla-<name>,
 #             alternated N times in one call, the order reversed every other round, each at
 #             $VAR_CASES (the bench step's cases) for the families in $VAR_FAMILIES (sm90a) and
 #             tiles $VAR_TILES (smem-large); then scripts/bench-compare.py of every candidate
@@ -84,15 +83,6 @@ for step in $STEPS; do
         t "${b##*/} rc=$?"
       done
       grep -E "^=====|^\[  (FAILED|PASSED) |^\[  FAILED  \] [A-Z]" $OUT/mutations-$f.log ;;
-    variants)
-      for v in $G/treemla-*; do
-        [ -e "$v" ] || continue
-        n=${v##*/treemla-}
-        timeout 100 $v bench --cases "${VAR_CASES:-$PEERS;$EXTRA}" --families "${VAR_FAMILIES:-sm90a}" \
-          --tiles "${VAR_TILES:-smem-large}" --reps 10 --commit "$C-$n" \
-          > $OUT/bench-variant-$n.txt 2>&1; t "variant $n rc=$?"
-        grep -E "^(sm90a|cpasync|cluster|decode|warpspec|#) " $OUT/bench-variant-$n.txt | cut -c1-112
-      done ;;
     rounds:*)
       n=${step#rounds:}
       rm -rf /tmp/rounds && mkdir -p /tmp/rounds
