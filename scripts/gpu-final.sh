@@ -15,8 +15,9 @@
 #   rounds:N  A/B rounds (experiments): .gpu/treemla (the baseline, named "main") and each
 #             .gpu/treemla-<name>, alternated N times in one call, the order reversed every other
 #             round, each at $VAR_CASES (the bench step's cases) for the families in
-#             $VAR_FAMILIES (sm90a) and tiles $VAR_TILES (smem-large); then scripts/bench-compare.py of every candidate
-#             against the baseline's rounds (rounds-<name>.md) and the raw tables in rounds.tgz
+#             $VAR_FAMILIES (sm90a) and tiles $VAR_TILES (smem-large); then
+#             scripts/bench-compare.py of every candidate against the baseline's rounds
+#             (rounds-<name>.md) and the raw tables in rounds.tgz
 #   env:V=X   the sm90a rows of .gpu/treemla with environment variable V set to X (for builds
 #             that read a measurement switch; e.g. the cluster family's TREEMLA_WAIT_MODE,
 #             verify_kernel_params.h, has none for sm90a today)
