@@ -30,6 +30,8 @@ bool parse_long(const char* s, long& out, const char*& next) {
 
 }  // namespace
 
+bool env_set(const char* var) { return env_value(var) != nullptr; }
+
 int env_choice(const char* var, std::initializer_list<const char*> names, int unset_index) {
   const char* e = env_value(var);
   if (e == nullptr) return unset_index;

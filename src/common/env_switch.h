@@ -10,6 +10,10 @@
 
 namespace treemla::detail {
 
+// Whether `var` is set: it has a non-empty value (an empty one counts as unset, as everywhere
+// here).
+bool env_set(const char* var);
+
 // `var` unset (or empty): `unset_index`. Set: the index in `names` of its value (exact match).
 int env_choice(const char* var, std::initializer_list<const char*> names, int unset_index);
 

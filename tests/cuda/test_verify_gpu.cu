@@ -7,22 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/env_switch.h"
 #include "cuda/dispatch.h"
 #include "gpu_case.h"
 
 namespace treemla::test {
 namespace {
-
-// A measurement switch is set when it has a value: the library reads an empty one as unset
-// (common/env_switch.h), and so do these tests.
-bool switch_set(const char* var) {
-  const char* e = std::getenv(var);
-  return e != nullptr && *e != '\0';
-}
 
 // item_capacity > 0: the plan's work-item table that small (run_gpu).
 void check_case(const CaseSpec& spec, uint32_t seed, VerifyPart part = VerifyPart::kAll,
@@ -551,7 +544,7 @@ TEST(VerifyGpu, FamilyChoiceAndRefusals) {
 // point at a small buffer it never reads.
 TEST(VerifyGpu, ScheduleMatchesHostModel) {
   REQUIRE_GPU();
-  if (switch_set("TREEMLA_REFINE_PCT"))
+  if (detail::env_set("TREEMLA_REFINE_PCT"))
     GTEST_SKIP() << "TREEMLA_REFINE_PCT overrides the threshold the model takes";
   struct Shape {
     int batch, heads, q_len, prefix;
@@ -640,7 +633,7 @@ TEST(VerifyGpu, ScheduleMatchesHostModel) {
       // unless the call has no tree tail (a prefix-only part) or items spill past the table (then
       // none: the main kernels' lookups cut unweighted). The cluster family's pairs, which also
       // get none, are not run here.
-      if (!switch_set("TREEMLA_TAIL_WEIGHT")) {
+      if (!detail::env_set("TREEMLA_TAIL_WEIGHT")) {
         const cuda::TailWeights tw = cuda::tail_weights_for(plan.family);
         const bool fits = p.part != VerifyPart::kPrefix && hdr.num_items <= plan.item_capacity;
         EXPECT_EQ(rf.tail_one, fits ? tw.one : 0);

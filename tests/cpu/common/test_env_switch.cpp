@@ -11,6 +11,7 @@
 using treemla::detail::env_choice;
 using treemla::detail::env_int;
 using treemla::detail::env_ints;
+using treemla::detail::env_set;
 using treemla::test::expect_error;
 
 namespace {
@@ -25,6 +26,15 @@ class EnvSwitch : public ::testing::Test {
 };
 
 }  // namespace
+
+TEST_F(EnvSwitch, SetMeansANonEmptyValue) {
+  unsetenv(kVar);
+  EXPECT_FALSE(env_set(kVar));
+  set("");
+  EXPECT_FALSE(env_set(kVar));
+  set("0");
+  EXPECT_TRUE(env_set(kVar));
+}
 
 TEST_F(EnvSwitch, ChoiceUnsetOrEmptyIsTheDefault) {
   unsetenv(kVar);
